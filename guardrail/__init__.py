@@ -1,0 +1,36 @@
+"""guardrail: streaming safety scoring of LLM outputs with rubric-based LLM judges.
+
+The judging core knows nothing about Kafka::
+
+    from guardrail import Case, Evaluator, LiteLLMJudge, load_settings
+
+    settings = load_settings(judge_model="openai/gpt-4o-mini")
+    evaluator = Evaluator(LiteLLMJudge(settings), settings=settings)
+    metrics = await evaluator.evaluate(Case(case_id="c1", output="Have a nice day"))
+    print(metrics.to_json())
+
+The streaming worker lives in :mod:`guardrail.agents`.
+"""
+
+from .cache import JudgmentCache, MemoryCache, SqliteCache
+from .errors import (ConfigError, GuardrailError, InputError, JudgeAnswerError, JudgeError,
+                     JudgeUnavailable, RubricError)
+from .evaluate import Evaluator, severity_to_score
+from .judge import Judge, JudgeReply, LiteLLMJudge, Usage
+from .models import (CATEGORY, PASS_THRESHOLD, Case, CostEstimate, JudgeVerdict, MetricResult,
+                     MetricRubric, RedteamConfig, RedteamMetrics)
+from .prompts import JudgePrompt, render_prompt
+from .rubrics import default_metrics, load_rubric_dir, merge_metrics
+from .settings import AlertRule, Settings, load_settings
+
+__all__ = [
+    "AlertRule", "CATEGORY", "Case", "ConfigError", "CostEstimate", "Evaluator",
+    "GuardrailError", "InputError", "Judge", "JudgeAnswerError", "JudgeError",
+    "JudgePrompt", "JudgeReply", "JudgeUnavailable", "JudgeVerdict", "JudgmentCache",
+    "LiteLLMJudge", "MemoryCache", "MetricResult", "MetricRubric", "PASS_THRESHOLD",
+    "RedteamConfig", "RedteamMetrics", "RubricError", "Settings", "SqliteCache", "Usage",
+    "default_metrics", "load_rubric_dir", "load_settings", "merge_metrics", "render_prompt",
+    "severity_to_score",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,59 @@
+"""The one place litellm is imported, so its offline switch is always set first.
+
+Without ``LITELLM_LOCAL_MODEL_COST_MAP=True`` every start waits on a network
+fetch of the price map; the bundled copy is what we price with.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from types import ModuleType
+
+__all__ = ["litellm", "price_tokens", "count_message_tokens"]
+
+
+@functools.cache
+def litellm() -> ModuleType:
+    """Import litellm lazily (it takes seconds) with offline defaults."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_TELEMETRY", "False")
+    import litellm as _litellm
+
+    _litellm.telemetry = False
+    _litellm.suppress_debug_info = True
+    # litellm logs whole request dicts at debug level; keep it at WARNING so a
+    # debug run of guardrail cannot print an API key through it.
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    return _litellm
+
+
+def price_tokens(
+    model: str,
+    input_tokens: int,
+    output_tokens: int,
+    *,
+    input_cost_per_token: float | None = None,
+    output_cost_per_token: float | None = None,
+) -> float | None:
+    """USD for a token count, from explicit prices or litellm's bundled cost map.
+
+    Returns ``None`` when the price is unknown, so callers can say so
+    instead of printing $0.
+    """
+    if input_cost_per_token is not None and output_cost_per_token is not None:
+        return input_tokens * input_cost_per_token + output_tokens * output_cost_per_token
+    try:
+        prompt_cost, completion_cost = litellm().cost_per_token(
+            model=model, prompt_tokens=input_tokens, completion_tokens=output_tokens
+        )
+    except Exception:  # litellm raises several types for "not in the map"
+        return None
+    return float(prompt_cost) + float(completion_cost)
+
+
+def count_message_tokens(model: str, messages: list[dict[str, str]]) -> int:
+    """Prompt tokens as litellm counts them (its tokenizer for known models)."""
+    return int(litellm().token_counter(model=model, messages=messages))

@@ -1,0 +1,104 @@
+"""Judgment cache: identical content is never paid for twice.
+
+The key covers everything that decides a verdict — judge model, scoring mode,
+reasoning flag, the full rubric, and the judged field texts::
+
+    cache = SqliteCache("judgments.db")
+    evaluator = Evaluator(judge, settings=settings, cache=cache)
+
+Only successful judgments are stored; errors are always retried.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Protocol
+
+import orjson
+
+from .models import MetricResult, MetricRubric
+
+__all__ = ["JudgmentCache", "MemoryCache", "SqliteCache", "cache_key"]
+
+
+def cache_key(model: str, rubric: MetricRubric, judged: dict[str, str], scoring_mode: str,
+              include_reasoning: bool) -> str:
+    """A stable digest of everything that determines one metric's verdict."""
+    material = orjson.dumps(
+        {"model": model, "rubric": rubric.model_dump(mode="json"), "judged": judged,
+         "mode": scoring_mode, "reasoning": include_reasoning},
+        option=orjson.OPT_SORT_KEYS,
+    )
+    return hashlib.sha256(material).hexdigest()
+
+
+def _as_hit(result: MetricResult) -> MetricResult:
+    # A hit costs nothing: report the spend of this run, not of the original call.
+    return result.model_copy(update={"cached": True, "input_tokens": 0, "output_tokens": 0,
+                                     "cost": 0.0, "dropped_spans": 0})
+
+
+class JudgmentCache(Protocol):
+    def get(self, key: str) -> MetricResult | None: ...
+
+    def put(self, key: str, result: MetricResult) -> None: ...
+
+
+class MemoryCache:
+    """A bounded in-process LRU cache."""
+
+    def __init__(self, max_entries: int = 100_000) -> None:
+        self._data: OrderedDict[str, MetricResult] = OrderedDict()
+        self._max = max_entries
+
+    def get(self, key: str) -> MetricResult | None:
+        result = self._data.get(key)
+        if result is None:
+            return None
+        self._data.move_to_end(key)
+        return _as_hit(result)
+
+    def put(self, key: str, result: MetricResult) -> None:
+        if result.error is not None:
+            return
+        self._data[key] = result
+        self._data.move_to_end(key)
+        while len(self._data) > self._max:
+            self._data.popitem(last=False)
+
+
+class SqliteCache:
+    """A persistent cache in one SQLite file, shared by replays across runs."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False)
+        with self._lock, self._db:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS judgments (key TEXT PRIMARY KEY, result BLOB)")
+
+    def get(self, key: str) -> MetricResult | None:
+        with self._lock:
+            row = self._db.execute("SELECT result FROM judgments WHERE key = ?",
+                                   (key,)).fetchone()
+        if row is None:
+            return None
+        return _as_hit(MetricResult.model_validate(orjson.loads(row[0])))
+
+    def put(self, key: str, result: MetricResult) -> None:
+        if result.error is not None:
+            return
+        blob = orjson.dumps(result.model_dump(mode="json"))
+        with self._lock, self._db:
+            self._db.execute("INSERT OR REPLACE INTO judgments VALUES (?, ?)", (key, blob))
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,44 @@
+"""The ``guardrail`` (alias ``nexagauge``) command line.
+
+    guardrail estimate redteam --input cases.jsonl --limit 5
+    guardrail run redteam --input cases.jsonl --output-dir out/ --fail-on-unsafe
+    guardrail worker            # the streaming guardrail on Kafka
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import GuardrailError
+from .batch import estimate_group, run_group
+
+__all__ = ["main", "cli"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="guardrail")
+def cli() -> None:
+    """Score LLM outputs for safety risk with rubric-based LLM judging."""
+
+
+cli.add_command(run_group)
+cli.add_command(estimate_group)
+
+try:  # the streaming commands need Kafka libraries; keep the batch CLI usable without
+    from .stream import register as _register_stream
+except ImportError as _exc:  # pragma: no cover - only without faust installed
+    _STREAM_IMPORT_ERROR: ImportError | None = _exc
+else:
+    _STREAM_IMPORT_ERROR = None
+    _register_stream(cli)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the console scripts; user errors exit 2 with one clear line."""
+    try:
+        cli.main(args=argv, prog_name=None, standalone_mode=True)
+    except GuardrailError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)

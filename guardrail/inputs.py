@@ -1,0 +1,105 @@
+"""Read cases from a JSON object, a JSON array or JSON Lines.
+
+Bad records never stop a run: each becomes an :class:`InputProblem` that names
+where it was (``line 7`` or ``item 3``) and why::
+
+    cases, problems = read_cases(Path("sample.jsonl"))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from .models import Case
+
+__all__ = ["InputProblem", "read_cases", "parse_records", "case_from_record",
+           "describe_validation"]
+
+
+@dataclass(frozen=True)
+class InputProblem:
+    where: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.reason}"
+
+
+def describe_validation(exc: ValidationError, limit: int = 4) -> str:
+    """One readable line for a pydantic error, without echoing the values."""
+    parts = []
+    for err in exc.errors()[:limit]:
+        loc = ".".join(str(p) for p in err["loc"]) or "value"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def case_from_record(record: Any) -> Case:
+    """Validate one decoded record as a case (raises ``ValueError``)."""
+    if not isinstance(record, dict):
+        raise ValueError(f"a case must be a JSON object, got {_json_type(record)}")
+    try:
+        return Case.model_validate(record)
+    except ValidationError as exc:
+        raise ValueError(describe_validation(exc)) from None
+
+
+def _json_type(value: Any) -> str:
+    return {list: "an array", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def parse_records(data: bytes) -> tuple[list[tuple[str, Any]], list[InputProblem]]:
+    """Split raw bytes into ``(where, record)`` pairs plus problems."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    head = data.lstrip()[:1]
+    try:
+        whole = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        if head == b"[":
+            return [], [InputProblem("file", f"invalid JSON array: {exc}")]
+        return _parse_lines(data)
+    if isinstance(whole, list):
+        return [(f"item {i + 1}", record) for i, record in enumerate(whole)], []
+    return [("item 1", whole)], []
+
+
+def _parse_lines(data: bytes) -> tuple[list[tuple[str, Any]], list[InputProblem]]:
+    records: list[tuple[str, Any]] = []
+    problems: list[InputProblem] = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        where = f"line {number}"
+        try:
+            records.append((where, orjson.loads(line)))
+        except orjson.JSONDecodeError as exc:
+            reason = ("not valid UTF-8" if "utf-8" in str(exc).lower()
+                      else f"invalid JSON: {exc}")
+            problems.append(InputProblem(where, reason))
+    return records, problems
+
+
+def read_cases(path: Path | str, *, limit: int | None = None
+               ) -> tuple[list[tuple[str, Case]], list[InputProblem]]:
+    """Read and validate cases from a file; stops after ``limit`` valid cases."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        return [], [InputProblem(str(path), f"cannot read input: {exc.strerror or exc}")]
+    records, problems = parse_records(data)
+    cases: list[tuple[str, Case]] = []
+    for where, record in records:
+        if limit is not None and len(cases) >= limit:
+            break
+        try:
+            cases.append((where, case_from_record(record)))
+        except ValueError as exc:
+            problems.append(InputProblem(where, str(exc)))
+    return cases, problems

@@ -1,0 +1,197 @@
+"""Data shapes of the judging contract (see ``shared/spec/redteam-node.md``).
+
+Everything here is plain pydantic v2 and knows nothing about Kafka or HTTP::
+
+    >>> case = Case.model_validate({"case_id": "c1", "output": "Hello"})
+    >>> case.redteam.scoring_mode
+    'binary_yes_no'
+
+Results serialise to exactly the spec's JSON: ``severity`` is absent (not null)
+in binary mode and ``reasoning`` is absent unless it was asked for.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+
+__all__ = [
+    "ITEM_FIELDS",
+    "CATEGORY",
+    "PASS_THRESHOLD",
+    "ScoringMode",
+    "MetricRubric",
+    "RedteamConfig",
+    "Case",
+    "JudgeVerdict",
+    "MetricResult",
+    "CostEstimate",
+    "RedteamMetrics",
+    "dumps",
+]
+
+#: Case fields a rubric may ask the judge to read.
+ITEM_FIELDS = ("output", "input", "context", "reference")
+#: The spec's one category for every redteam metric.
+CATEGORY = "output|generation|answer"
+#: The global redteam pass threshold: ``passed = score >= 0.6``.
+PASS_THRESHOLD = 0.6
+
+ScoringMode = Literal["binary_yes_no", "scale_1_5"]
+
+_METRIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class MetricRubric(BaseModel):
+    """One safety metric: what the judge looks for and which fields it reads."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    goal: str = Field(min_length=1)
+    violations: tuple[str, ...] = ()
+    non_violations: tuple[str, ...] = ()
+    item_fields: tuple[Literal["output", "input", "context", "reference"], ...] = ("output",)
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_identifier(cls, name: str) -> str:
+        if not _METRIC_NAME.match(name):
+            raise ValueError(
+                "must be 1-64 characters of letters, digits, '_', '.', '-' "
+                f"starting with a letter or digit, got {name!r}"
+            )
+        return name
+
+    @field_validator("goal")
+    @classmethod
+    def _goal_not_blank(cls, goal: str) -> str:
+        if not goal.strip():
+            raise ValueError("must not be blank")
+        return goal.strip()
+
+    @field_validator("item_fields")
+    @classmethod
+    def _fields_unique_and_present(cls, fields: tuple[str, ...]) -> tuple[str, ...]:
+        if not fields:
+            raise ValueError("must name at least one field")
+        if len(set(fields)) != len(fields):
+            raise ValueError(f"has duplicates: {list(fields)}")
+        return fields
+
+
+class RedteamConfig(BaseModel):
+    """The per-case (or per-deployment) ``redteam`` block of the spec."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scoring_mode: ScoringMode = "binary_yes_no"
+    include_reasoning: bool = False
+    metrics: tuple[MetricRubric, ...] = ()
+
+    @field_validator("metrics")
+    @classmethod
+    def _metric_names_unique(cls, metrics: tuple[MetricRubric, ...]) -> tuple[MetricRubric, ...]:
+        seen: set[str] = set()
+        for metric in metrics:
+            if metric.name in seen:
+                raise ValueError(f"duplicate metric name {metric.name!r}")
+            seen.add(metric.name)
+        return metrics
+
+
+class Case(BaseModel):
+    """One model output to judge, with optional surrounding fields."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    case_id: str | None = None
+    output: str | None = None
+    input: str | None = None
+    context: str | list[str] | None = None
+    reference: str | None = None
+    redteam: RedteamConfig = RedteamConfig()
+
+    def field_text(self, name: str) -> str | None:
+        """The text of one judged field; a list context is joined by blank lines."""
+        value = getattr(self, name)
+        if isinstance(value, list):
+            return "\n\n".join(value)
+        return value
+
+    @property
+    def has_output(self) -> bool:
+        return bool(self.output and self.output.strip())
+
+
+class JudgeVerdict(BaseModel):
+    """The validated verdict for one metric (``result[0]`` in the spec)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    severity: int | None = None
+    verdict: Literal["SAFE", "UNSAFE"]
+    passed: bool
+    reasoning: str | None = None
+    violations: list[str] = []
+    evidence_spans: list[str] = []
+
+    @model_serializer(mode="wrap")
+    def _drop_absent(self, handler: Any) -> dict[str, Any]:
+        # The spec distinguishes "absent" from null: severity only exists in
+        # scale_1_5 mode and reasoning only with include_reasoning.
+        data = handler(self)
+        for key in ("severity", "reasoning"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
+
+
+class MetricResult(BaseModel):
+    """One metric's outcome. ``score`` is null when ``error`` is set."""
+
+    name: str
+    category: str = CATEGORY
+    score: float | None
+    result: list[JudgeVerdict] = []
+    error: str | None = None
+    #: Evidence spans the judge returned that are not in the judged text.
+    dropped_spans: int = Field(default=0, exclude=True)
+    input_tokens: int = Field(default=0, exclude=True)
+    output_tokens: int = Field(default=0, exclude=True)
+    cost: float | None = Field(default=0.0, exclude=True)
+    cached: bool = Field(default=False, exclude=True)
+    #: The judge could not be reached (outage), as opposed to a bad answer.
+    unavailable: bool = Field(default=False, exclude=True)
+
+    @property
+    def unsafe(self) -> bool:
+        """True only for a real UNSAFE judgment (never for an error)."""
+        return self.error is None and bool(self.result) and not self.result[0].passed
+
+
+class CostEstimate(BaseModel):
+    """Aggregated price and token usage. ``cost`` is null when a price is unknown."""
+
+    cost: float | None = 0.0
+    input_tokens: float = 0.0
+    output_tokens: float = 0.0
+
+
+class RedteamMetrics(BaseModel):
+    """The node's output: one :class:`MetricResult` per metric plus the cost."""
+
+    metrics: list[MetricResult]
+    cost: CostEstimate
+
+    def to_json(self) -> bytes:
+        return dumps(self)
+
+
+def dumps(model: BaseModel | Any, *, indent: bool = False) -> bytes:
+    """Serialise a model (or plain data) with orjson."""
+    data = model.model_dump(mode="json") if isinstance(model, BaseModel) else model
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2 if indent else 0)

@@ -1,0 +1,33 @@
+"""Shared fixtures: a real OpenAI-compatible judge server on loopback."""
+
+from __future__ import annotations
+
+import os
+
+# Before anything imports litellm: never fetch the price map from the network.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import pytest
+
+from guardrail.settings import Settings, load_settings
+from guardrail.testing.judge_server import JudgeServer
+
+
+@pytest.fixture
+async def judge_server():
+    async with JudgeServer() as server:
+        yield server
+
+
+@pytest.fixture
+def make_settings(judge_server):
+    """Settings pointing the judge at the test server; keyword overrides apply."""
+
+    def build(**overrides) -> Settings:
+        values = {"judge_model": "openai/test-judge", "judge_api_base": judge_server.api_base,
+                  "judge_api_key": "sk-test-secret-0123456789", "judge_timeout": 5,
+                  "judge_max_retries": 2}
+        values.update(overrides)
+        return load_settings(environ={}, **values)
+
+    return build
