@@ -9,6 +9,7 @@ the judge would receive; output tokens are an expected answer size per mode::
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -17,7 +18,8 @@ from .evaluate import Evaluator
 from .models import Case, CostEstimate, ScoringMode
 from .prompts import render_prompt
 
-__all__ = ["EXPECTED_OUTPUT_TOKENS", "CaseEstimate", "EstimateReport", "estimate_cases"]
+__all__ = ["EXPECTED_OUTPUT_TOKENS", "estimate_nonce", "CaseEstimate", "EstimateReport",
+           "estimate_cases"]
 
 #: Typical answer sizes measured on the shipped rubrics (tokens per metric call).
 EXPECTED_OUTPUT_TOKENS: dict[tuple[ScoringMode, bool], int] = {
@@ -49,6 +51,13 @@ class EstimateReport:
         return sum(c.calls for c in self.cases)
 
 
+def estimate_nonce(case: Case, metric: str) -> str:
+    """A fence token for estimates: random-looking like the real one (hex tokenises
+    differently from a constant) but reproducible, so estimates are stable."""
+    seed = f"{metric}\0{case.case_id}\0{case.output}".encode("utf-8", "replace")
+    return hashlib.sha256(seed).hexdigest()[:24]
+
+
 def estimate_case(case: Case, evaluator: Evaluator, *, model: str) -> CaseEstimate:
     """Count the tokens one case would spend, metric by metric."""
     case_id = case.case_id or "-"
@@ -58,7 +67,8 @@ def estimate_case(case: Case, evaluator: Evaluator, *, model: str) -> CaseEstima
     input_tokens = 0
     for rubric in config.metrics:
         prompt = render_prompt(rubric, case, scoring_mode=config.scoring_mode,
-                               include_reasoning=config.include_reasoning)
+                               include_reasoning=config.include_reasoning,
+                               nonce=estimate_nonce(case, rubric.name))
         input_tokens += count_message_tokens(model, list(prompt.messages))
     per_call = EXPECTED_OUTPUT_TOKENS[(config.scoring_mode, config.include_reasoning)]
     calls = len(config.metrics)

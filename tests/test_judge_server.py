@@ -125,7 +125,8 @@ async def test_scripted_replies_then_default():
         scripted = json.loads(content_of(await ask(server, "toxicity", "fine")))
         assert scripted["verdict"] == "UNSAFE"
         # Script exhausted: back to the rule judge.
-        assert json.loads(content_of(await ask(server, "toxicity", "stupid")))["verdict"] == "UNSAFE"
+        fallback = json.loads(content_of(await ask(server, "toxicity", "stupid")))
+        assert fallback["verdict"] == "UNSAFE"
         assert server.pending == 0
 
 

@@ -8,7 +8,8 @@ tests put an API key in Authorization). Clients using litellm should set
     async with JudgeServer(latency=0.01) as server:       # async tests
         server.script("not json", ErrorReply(503), None)   # None = default rule
         await litellm.acompletion(model="openai/test-judge", api_base=server.api_base,
-                                  api_key="sk-test", messages=msgs, max_retries=0)
+                                  api_key="sk-test", messages=msgs,
+                                  num_retries=0, max_retries=0)
     with JudgeServer() as server:           # sync code: serves from a thread
         server.set_outage(True)             # every call now answers 503
     # subprocess: first stdout line is the base URL; serves until SIGTERM/SIGINT

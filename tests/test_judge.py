@@ -1,0 +1,125 @@
+"""The litellm judge against a real OpenAI-compatible HTTP server on loopback."""
+
+import pytest
+
+from guardrail.errors import JudgeAnswerError, JudgeError, JudgeUnavailable
+from guardrail.judge import LiteLLMJudge
+from guardrail.models import Case
+from guardrail.prompts import render_prompt
+from guardrail.rubrics import default_metrics
+from guardrail.testing.judge_server import ContentReply, ErrorReply, hang, make_verdict
+
+TOXIC = Case(case_id="t", output="Listen, you idiot, read the manual.")
+
+
+def _prompt(case=TOXIC, mode="binary_yes_no", reasoning=False):
+    return render_prompt(default_metrics()[1], case, scoring_mode=mode,
+                         include_reasoning=reasoning)
+
+
+async def test_valid_answer_in_each_mode_sends_the_mode_schema(judge_server, make_settings):
+    judge = LiteLLMJudge(make_settings())
+    reply = await judge(_prompt(), scoring_mode="binary_yes_no", include_reasoning=False)
+    assert reply.answer.verdict == "UNSAFE"
+    assert reply.usage.input_tokens > 0 and reply.usage.output_tokens > 0
+    schema = judge_server.requests[-1]["response_format"]["json_schema"]["schema"]
+    assert "severity" not in schema["properties"]
+    reply = await judge(_prompt(mode="scale_1_5", reasoning=True), scoring_mode="scale_1_5",
+                        include_reasoning=True)
+    assert reply.answer.severity == 4 and reply.answer.reasoning
+    schema = judge_server.requests[-1]["response_format"]["json_schema"]["schema"]
+    assert {"severity", "reasoning"} <= set(schema["properties"])
+
+
+async def test_json_in_prose_is_parsed_without_a_retry(judge_server, make_settings):
+    judge_server.script(ContentReply.with_prose(make_verdict("SAFE")))
+    reply = await LiteLLMJudge(make_settings())(_prompt(), scoring_mode="binary_yes_no",
+                                                include_reasoning=False)
+    assert reply.answer.verdict == "SAFE" and judge_server.calls == 1
+
+
+async def test_garbage_gets_one_repair_retry(judge_server, make_settings):
+    judge_server.script("I think it is fine?", None)
+    reply = await LiteLLMJudge(make_settings())(_prompt(), scoring_mode="binary_yes_no",
+                                                include_reasoning=False)
+    assert reply.answer.verdict == "UNSAFE" and judge_server.calls == 2
+    repair = judge_server.requests[-1]["messages"]
+    assert repair[-2] == {"role": "assistant", "content": "I think it is fine?"}
+    assert "not valid" in repair[-1]["content"]
+
+
+@pytest.mark.parametrize("bad", [
+    "garbage",
+    {"severity": 9, "verdict": "SAFE", "violations": [], "evidence_spans": []},
+    {"severity": 0, "verdict": "SAFE", "violations": [], "evidence_spans": []},
+    {"severity": 2, "verdict": "MAYBE", "violations": [], "evidence_spans": []},
+    ContentReply.truncated(make_verdict("SAFE", mode="scale_1_5")),
+])
+async def test_still_invalid_after_repair_is_an_error_never_safe(judge_server, make_settings,
+                                                                  bad):
+    judge_server.script(bad, bad)
+    with pytest.raises(JudgeAnswerError, match="after one repair retry") as info:
+        await LiteLLMJudge(make_settings())(_prompt(mode="scale_1_5"),
+                                            scoring_mode="scale_1_5", include_reasoning=False)
+    assert info.value.usage.input_tokens > 0  # the spend is still reported
+    assert judge_server.calls == 2
+
+
+async def test_429_then_success_is_retried(judge_server, make_settings):
+    judge_server.script(ErrorReply(429), ErrorReply(503), None)
+    reply = await LiteLLMJudge(make_settings(judge_max_retries=2))(
+        _prompt(), scoring_mode="binary_yes_no", include_reasoning=False)
+    assert reply.answer.verdict == "UNSAFE" and judge_server.calls == 3
+
+
+async def test_persistent_5xx_is_judge_unavailable(judge_server, make_settings):
+    judge_server.set_outage(True, 500)
+    with pytest.raises(JudgeUnavailable, match="after 2 attempts"):
+        await LiteLLMJudge(make_settings(judge_max_retries=1))(
+            _prompt(), scoring_mode="binary_yes_no", include_reasoning=False)
+    assert judge_server.calls == 2
+
+
+async def test_timeout_is_retried_then_unavailable(judge_server, make_settings):
+    judge_server.script(hang(30), hang(30))
+    with pytest.raises(JudgeUnavailable, match="after 2 attempts"):
+        await LiteLLMJudge(make_settings(judge_timeout=0.5, judge_max_retries=1))(
+            _prompt(), scoring_mode="binary_yes_no", include_reasoning=False)
+
+
+async def test_bad_request_is_a_per_message_error_not_an_outage(judge_server, make_settings):
+    judge_server.script(ErrorReply(400, message="context too long"))
+    with pytest.raises(JudgeError) as info:
+        await LiteLLMJudge(make_settings())(_prompt(), scoring_mode="binary_yes_no",
+                                            include_reasoning=False)
+    assert not isinstance(info.value, JudgeUnavailable)
+    assert judge_server.calls == 1
+
+
+async def test_wrong_key_is_an_outage_and_the_key_is_never_in_the_message(judge_server,
+                                                                          make_settings):
+    secret = "sk-test-secret-0123456789"
+    judge_server.script(ErrorReply(401, message=f"Incorrect API key provided: {secret}"))
+    with pytest.raises(JudgeUnavailable) as info:
+        await LiteLLMJudge(make_settings())(_prompt(), scoring_mode="binary_yes_no",
+                                            include_reasoning=False)
+    assert secret not in str(info.value)
+
+
+async def test_known_model_is_priced_from_the_cost_map(judge_server, make_settings):
+    reply = await LiteLLMJudge(make_settings(judge_model="openai/gpt-4o-mini"))(
+        _prompt(), scoring_mode="binary_yes_no", include_reasoning=False)
+    usage = reply.usage
+    expected = usage.input_tokens * 0.15e-6 + usage.output_tokens * 0.6e-6
+    assert usage.cost == pytest.approx(expected)
+
+
+async def test_unknown_model_price_is_none_not_zero(judge_server, make_settings):
+    reply = await LiteLLMJudge(make_settings())(_prompt(), scoring_mode="binary_yes_no",
+                                                include_reasoning=False)
+    assert reply.usage.cost is None
+    priced = await LiteLLMJudge(make_settings(judge_input_cost_per_token=1e-6,
+                                              judge_output_cost_per_token=2e-6))(
+        _prompt(), scoring_mode="binary_yes_no", include_reasoning=False)
+    u = priced.usage
+    assert u.cost == pytest.approx(u.input_tokens * 1e-6 + u.output_tokens * 2e-6)
