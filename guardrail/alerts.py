@@ -1,0 +1,172 @@
+"""Alert rules over windowed counts, and the hooks that deliver alerts.
+
+The decision logic is pure and synchronous::
+
+    reasons = check_rule(rule, current=WindowCounts(total=40, unsafe=12),
+                         baseline=WindowCounts(total=120, unsafe=3))
+    # ["unsafe rate 30.0% above 20.0%", "regression vs baseline: 30.0% vs 2.5% (p=...)"]
+
+Delivery (:class:`AlertDispatcher`) runs in the background so a slow webhook
+never stalls counting: webhook POST (retried, with a timeout), a Kafka topic,
+and the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from .settings import AlertRule
+
+__all__ = ["WindowCounts", "two_proportion_p_value", "check_rule", "Cooldown",
+           "AlertDispatcher", "rule_for"]
+
+log = logging.getLogger("guardrail.alerts")
+
+
+@dataclass
+class WindowCounts:
+    """Judgments of one metric for one group in one window."""
+
+    total: int = 0
+    unsafe: int = 0
+    errors: int = 0
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def judged(self) -> int:
+        """Judgments with a verdict (errors excluded from the rate)."""
+        return self.total - self.errors
+
+    @property
+    def rate(self) -> float | None:
+        return self.unsafe / self.judged if self.judged else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"total": self.total, "unsafe": self.unsafe, "errors": self.errors,
+                "examples": self.examples}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> WindowCounts:
+        data = data or {}
+        return cls(total=data.get("total", 0), unsafe=data.get("unsafe", 0),
+                   errors=data.get("errors", 0), examples=list(data.get("examples", [])))
+
+    def __add__(self, other: WindowCounts) -> WindowCounts:
+        return WindowCounts(self.total + other.total, self.unsafe + other.unsafe,
+                            self.errors + other.errors)
+
+
+def two_proportion_p_value(x1: int, n1: int, x2: int, n2: int) -> float:
+    """One-sided p-value that proportion 1 (current) exceeds proportion 2 (baseline)."""
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    pooled = (x1 + x2) / (n1 + n2)
+    variance = pooled * (1 - pooled) * (1 / n1 + 1 / n2)
+    if variance == 0:
+        return 1.0 if x1 / n1 <= x2 / n2 else 0.0
+    z = (x1 / n1 - x2 / n2) / math.sqrt(variance)
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def check_rule(rule: AlertRule, current: WindowCounts,
+               baseline: WindowCounts | None) -> list[str]:
+    """The reasons this window breaks the rule (empty: no alert)."""
+    rate = current.rate
+    if rate is None or current.judged < rule.min_judgments:
+        return []
+    reasons = []
+    if rule.max_unsafe_rate is not None and rate > rule.max_unsafe_rate:
+        reasons.append(f"unsafe rate {rate:.1%} above {rule.max_unsafe_rate:.1%}")
+    if baseline is not None and baseline.judged >= rule.min_judgments:
+        p = two_proportion_p_value(current.unsafe, current.judged, baseline.unsafe,
+                                   baseline.judged)
+        if p < rule.significance:
+            reasons.append(f"regression vs baseline: {rate:.1%} vs {baseline.rate:.1%} "
+                           f"(one-sided p={p:.2g} < {rule.significance:g})")
+    return reasons
+
+
+def rule_for(rules: tuple[AlertRule, ...], metric: str) -> AlertRule | None:
+    """The rule for a metric: an exact name wins over the '*' rule."""
+    exact = [r for r in rules if r.metric == metric]
+    if exact:
+        return exact[0]
+    wildcard = [r for r in rules if r.metric == "*"]
+    return wildcard[0] if wildcard else None
+
+
+class Cooldown:
+    """One incident, one alert: suppress repeats for the same key for a while."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+
+    def ready(self, key: str, now: float, seconds: float) -> bool:
+        last = self._last.get(key)
+        if last is not None and now - last < seconds:
+            return False
+        self._last[key] = now
+        return True
+
+
+Sender = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class AlertDispatcher:
+    """Deliver alerts in the background: log, Kafka topic, webhook (retried)."""
+
+    def __init__(self, *, webhook_url: str | None, timeout: float,
+                 send_to_topic: Sender | None = None, retries: int = 3) -> None:
+        self.webhook_url = webhook_url
+        self.timeout = timeout
+        self.retries = retries
+        self.send_to_topic = send_to_topic
+        self.delivered = 0
+        self.failed = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def dispatch(self, alert: dict[str, Any]) -> None:
+        log.warning("ALERT %s %s: %s", alert.get("metric"), alert.get("group"),
+                    "; ".join(alert.get("reasons", [])))
+        task = asyncio.ensure_future(self._deliver(alert))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _deliver(self, alert: dict[str, Any]) -> None:
+        if self.send_to_topic is not None:
+            try:
+                await self.send_to_topic(alert)
+            except Exception as exc:  # the log line above is the fallback record
+                log.error("alert not written to the alerts topic: %s", exc)
+        if self.webhook_url:
+            ok = await self._post(alert)
+            self.delivered += ok
+            self.failed += not ok
+
+    async def _post(self, alert: dict[str, Any]) -> bool:
+        timeout = aiohttp.ClientTimeout(total=self.timeout)
+        for attempt in range(self.retries + 1):
+            try:
+                async with aiohttp.ClientSession(timeout=timeout) as session:
+                    async with session.post(self.webhook_url, json=alert) as response:
+                        if response.status < 300:
+                            return True
+                        problem = f"HTTP {response.status}"
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                problem = type(exc).__name__
+            log.warning("alert webhook attempt %d failed: %s", attempt + 1, problem)
+            await asyncio.sleep(min(10.0, 0.5 * 2 ** attempt))
+        log.error("alert webhook gave up after %d attempts", self.retries + 1)
+        return False
+
+    async def drain(self, timeout: float = 10.0) -> None:
+        """Wait for deliveries in flight (used on shutdown and in tests)."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)

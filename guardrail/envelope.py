@@ -1,0 +1,164 @@
+"""The streaming message contract: decode inputs, build result and DLQ records.
+
+Pure functions over bytes and dicts — no Kafka here, so every rule about bad
+input is testable on its own::
+
+    decoded = decode_input(raw_bytes, max_bytes=1_000_000)
+    if isinstance(decoded, BadInput):
+        record = dlq_record(decoded.reason, raw_bytes, source)
+    else:
+        record = result_record(decoded, metrics, source, judge_model="...")
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from .inputs import describe_validation
+from .models import Case, RedteamMetrics
+
+__all__ = ["Source", "InputMessage", "BadInput", "decode_input", "result_record",
+           "dlq_record", "group_labels", "parse_event_time", "utc_iso"]
+
+#: Originals up to this size travel whole on the DLQ; larger ones as an excerpt.
+DLQ_MAX_ORIGINAL = 256 * 1024
+_EXCERPT = 2048
+_MAX_LABEL = 200
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a message came from, so consumers can de-duplicate."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int | None = None
+    key: bytes | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "offset": self.offset}
+
+
+@dataclass(frozen=True)
+class InputMessage:
+    case: Case
+    metadata: dict[str, str] = field(default_factory=dict)
+    event_time_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class BadInput:
+    reason: str
+
+
+def utc_iso(ms: int | float) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+def parse_event_time(value: Any) -> int:
+    """Event time in epoch ms from seconds, milliseconds or an ISO-8601 string."""
+    if isinstance(value, bool):
+        raise ValueError("timestamp must be a number or an ISO-8601 string")
+    if isinstance(value, (int, float)):
+        # Seconds and milliseconds are both common; ms since 1970 passes 1e11 in 1973.
+        return int(value if value > 1e11 else value * 1000)
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"timestamp {value[:40]!r} is not ISO-8601") from None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=timezone.utc)
+        return int(parsed.timestamp() * 1000)
+    raise ValueError("timestamp must be a number or an ISO-8601 string")
+
+
+def _metadata(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError("metadata must be a JSON object of labels")
+    labels: dict[str, str] = {}
+    for key, label in value.items():
+        if isinstance(label, (dict, list)):
+            raise ValueError(f"metadata.{key[:40]} must be a string, number or boolean")
+        if label is not None:
+            labels[str(key)[:_MAX_LABEL]] = str(label)[:_MAX_LABEL]
+    return labels
+
+
+def decode_input(raw: bytes | None, *, max_bytes: int) -> InputMessage | BadInput:
+    """Validate one input message; every failure names its reason."""
+    if raw is None:
+        return BadInput("message has no value (tombstone)")
+    if len(raw) > max_bytes:
+        return BadInput(f"message is {len(raw)} bytes, over the limit of {max_bytes}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return BadInput(f"value is not valid UTF-8 (byte {exc.start})")
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        return BadInput(f"value is not valid JSON: {str(exc)[:200]}")
+    if not isinstance(data, dict):
+        return BadInput(f"value must be a JSON object, got {type(data).__name__}")
+    try:
+        case = Case.model_validate(data)
+        metadata = _metadata(data.get("metadata"))
+        event_time = (parse_event_time(data["timestamp"])
+                      if data.get("timestamp") is not None else None)
+    except ValidationError as exc:
+        return BadInput(f"invalid case: {describe_validation(exc)}")
+    except ValueError as exc:
+        return BadInput(f"invalid case: {exc}")
+    if not case.has_output:
+        return BadInput("not judged: output is required and is missing or empty")
+    return InputMessage(case=case, metadata=metadata, event_time_ms=event_time)
+
+
+def group_labels(metadata: dict[str, str], labels: tuple[str, ...]) -> dict[str, str]:
+    """The alerting group of a message: the chosen labels, '-' where missing."""
+    return {label: metadata.get(label, "-") for label in labels}
+
+
+def result_record(message: InputMessage, metrics: RedteamMetrics, source: Source, *,
+                  judge_model: str, event_time_ms: int) -> dict[str, Any]:
+    """The results-topic value: the spec's RedteamMetrics plus identity fields."""
+    record = metrics.model_dump(mode="json")
+    record.update({
+        "case_id": message.case.case_id,
+        "metadata": message.metadata,
+        "judge_model": judge_model,
+        "event_time": utc_iso(event_time_ms),
+        "judged_at": utc_iso(datetime.now(timezone.utc).timestamp() * 1000),
+        "source": source.as_dict(),
+    })
+    return record
+
+
+def dlq_record(reason: str, raw: bytes | None, source: Source) -> dict[str, Any]:
+    """The DLQ value: the reason, where it came from, and the original bytes
+    (base64) or, for big values, an excerpt plus size and digest."""
+    raw = raw or b""
+    record: dict[str, Any] = {
+        "reason": reason,
+        "source": {**source.as_dict(), "timestamp": source.timestamp_ms,
+                   "key": base64.b64encode(source.key).decode() if source.key else None},
+        "size": len(raw),
+        "sha256": hashlib.sha256(raw).hexdigest(),
+        "failed_at": utc_iso(datetime.now(timezone.utc).timestamp() * 1000),
+    }
+    if len(raw) <= DLQ_MAX_ORIGINAL:
+        record["value_base64"] = base64.b64encode(raw).decode()
+    else:
+        record["value_excerpt"] = raw[:_EXCERPT].decode("utf-8", "replace")
+    return record

@@ -1,0 +1,62 @@
+"""Plain aiokafka helpers behind ``guardrail produce`` and ``guardrail tail``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from ..settings import Settings
+from .clients import client_options
+
+__all__ = ["produce_records", "tail_records"]
+
+
+async def produce_records(settings: Settings, topic: str, records: Iterable[Any]) -> int:
+    """Publish JSON records keyed by ``case_id``; returns how many the broker acknowledged."""
+    producer = AIOKafkaProducer(acks="all", linger_ms=5, max_request_size=16 * 1024 * 1024,
+                                **client_options(settings))
+    await producer.start()
+    try:
+        futures = []
+        for record in records:
+            key = record.get("case_id") if isinstance(record, dict) else None
+            futures.append(await producer.send(
+                topic, orjson.dumps(record), key=str(key).encode() if key is not None else None))
+        await asyncio.gather(*futures)
+        return len(futures)
+    finally:
+        await producer.stop()
+
+
+async def tail_records(settings: Settings, topic: str, *, from_beginning: bool,
+                       idle_timeout: float | None, limit: int | None
+                       ) -> AsyncIterator[tuple[Any, bytes]]:
+    """Yield ``(message, value)`` from a topic until idle for ``idle_timeout`` or ``limit``."""
+    consumer = AIOKafkaConsumer(
+        topic, group_id=None, enable_auto_commit=False,
+        auto_offset_reset="earliest" if from_beginning else "latest",
+        **client_options(settings))
+    await consumer.start()
+    seen = 0
+    last = time.monotonic()
+    try:
+        while limit is None or seen < limit:
+            batch = await consumer.getmany(timeout_ms=500)
+            if not batch:
+                if idle_timeout is not None and time.monotonic() - last > idle_timeout:
+                    return
+                continue
+            last = time.monotonic()
+            for messages in batch.values():
+                for message in messages:
+                    yield message, message.value or b""
+                    seen += 1
+                    if limit is not None and seen >= limit:
+                        return
+    finally:
+        await consumer.stop()

@@ -1,0 +1,68 @@
+"""Create the topics guardrail uses, with matching partition counts.
+
+Auto-created topics get the broker's default partition count, which breaks
+Faust's co-partitioning (``PartitionsMismatch``); so topics are created
+explicitly, and existing ones that disagree are a clear error::
+
+    await ensure_topics(settings)
+"""
+
+from __future__ import annotations
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.protocol.metadata import MetadataRequest
+
+from ..errors import ConfigError
+from ..settings import Settings
+from .clients import client_options
+
+__all__ = ["TopicMismatch", "topic_plan", "ensure_topics", "partition_counts"]
+
+_TOPIC_ALREADY_EXISTS = 36
+
+
+class TopicMismatch(ConfigError):
+    """An existing topic has a different partition count than guardrail needs."""
+
+
+def topic_plan(settings: Settings) -> dict[str, int]:
+    """Every topic the worker reads or writes, with its partition count."""
+    n = settings.topic_partitions
+    return {settings.input_topic: n, settings.results_topic: n, settings.dlq_topic: n,
+            settings.alerts_topic: n, settings.judgments_topic: n}
+
+
+async def partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int | None]:
+    """Partition count per topic (None: missing). Never auto-creates."""
+    request = MetadataRequest(topics, allow_auto_topic_creation=False)
+    response = await admin._send_request(request)  # no public call that skips auto-create
+    return {t["topic"]: (len(t["partitions"]) if t["error_code"] == 0 else None)
+            for t in response.to_object()["topics"]}
+
+
+async def ensure_topics(settings: Settings, plan: dict[str, int] | None = None,
+                        *, strict: frozenset[str] | None = None) -> dict[str, int]:
+    """Create missing topics; raise :class:`TopicMismatch` where counts disagree.
+
+    ``strict`` names the topics whose count must match (default: all in the plan).
+    """
+    plan = plan or topic_plan(settings)
+    strict = frozenset(plan) if strict is None else strict
+    admin = AIOKafkaAdminClient(request_timeout_ms=15000, **client_options(settings))
+    await admin.start()
+    try:
+        response = await admin.create_topics(
+            [NewTopic(name, num_partitions=n, replication_factor=settings.topic_replication)
+             for name, n in plan.items()])
+        for name, code, message in response.topic_errors:
+            if code not in (0, _TOPIC_ALREADY_EXISTS):
+                raise ConfigError(f"cannot create topic {name!r}: error {code} {message or ''}")
+        have = await partition_counts(admin, list(plan))
+    finally:
+        await admin.close()
+    wrong = {t: (have.get(t), n) for t, n in plan.items() if t in strict and have.get(t) != n}
+    if wrong:
+        detail = ", ".join(f"{t!r} has {h} partitions, needs {n}" for t, (h, n) in wrong.items())
+        raise TopicMismatch(f"topic partition counts disagree: {detail}. Set "
+                            "GUARDRAIL_TOPIC_PARTITIONS to match, or recreate the topics.")
+    return {t: c for t, c in have.items() if c is not None}

@@ -1,0 +1,176 @@
+"""Judge a batch of raw Kafka messages into the records to publish.
+
+Transport-free: the Faust worker and ``guardrail replay`` both hand raw
+messages in and publish what comes out::
+
+    judge = MessageJudge(evaluator, settings=settings)
+    outgoing = await judge.process([RawMessage(value=b"...", source=Source(...))])
+    # -> results, judgment events (for windows) and DLQ records
+
+Nothing is lost or silently passed: bad input becomes a DLQ record, a judge
+failure becomes the metric's ``error``, and when the judge is down for the
+whole batch the batch waits (``outage_policy="pause"``) instead of publishing
+errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .envelope import (BadInput, InputMessage, Source, decode_input, dlq_record, group_labels,
+                       result_record)
+from .evaluate import Evaluator
+from .models import RedteamMetrics
+from .settings import Settings
+from .telemetry import Telemetry
+
+__all__ = ["RawMessage", "Outgoing", "MessageJudge", "partition_key", "table_key"]
+
+log = logging.getLogger("guardrail.worker")
+
+
+@dataclass(frozen=True)
+class RawMessage:
+    value: bytes | None
+    source: Source
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One record to publish. ``timestamp_ms`` None lets the producer stamp it."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    timestamp_ms: int | None = None
+
+
+def _labels_text(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in labels.items())
+
+
+def table_key(metric: str, labels: dict[str, str]) -> str:
+    """Window-table key: one metric for one full group (version included)."""
+    return f"{metric}|{_labels_text(labels)}"
+
+
+def partition_key(metric: str, labels: dict[str, str], version_label: str) -> str:
+    """Kafka key for judgment events: the group *without* its version label, so a
+    group's versions share a partition and can be compared with each other."""
+    family = {k: v for k, v in labels.items() if k != version_label}
+    return f"{metric}|{_labels_text(family)}"
+
+
+class MessageJudge:
+    """Decode, judge and turn a batch into results, judgment events and DLQ records."""
+
+    def __init__(self, evaluator: Evaluator, *, settings: Settings,
+                 telemetry: Telemetry | None = None, emit_judgments: bool = True,
+                 results_topic: str | None = None) -> None:
+        self.evaluator = evaluator
+        self.settings = settings
+        self.telemetry = telemetry or Telemetry()
+        self.emit_judgments = emit_judgments
+        self.results_topic = results_topic or settings.results_topic
+
+    async def process(self, batch: list[RawMessage]) -> list[Outgoing]:
+        """Never raises for bad input or judge trouble; may wait out an outage."""
+        decoded = [(raw, decode_input(raw.value, max_bytes=self.settings.max_message_bytes))
+                   for raw in batch]
+        good = [(raw, msg) for raw, msg in decoded if isinstance(msg, InputMessage)]
+        outgoing = [self._dlq(raw, msg.reason) for raw, msg in decoded
+                    if isinstance(msg, BadInput)]
+        self.telemetry.in_flight.inc(len(good))
+        try:
+            verdicts = await self._judge_until_available([msg for _, msg in good])
+        finally:
+            self.telemetry.in_flight.dec(len(good))
+        for (raw, msg), metrics in zip(good, verdicts):
+            outgoing.extend(self._records(raw, msg, metrics))
+        return outgoing
+
+    async def _judge(self, message: InputMessage) -> RedteamMetrics:
+        started = time.perf_counter()
+        try:
+            return await self.evaluator.evaluate(message.case)
+        finally:
+            self.telemetry.judge_latency.observe(time.perf_counter() - started)
+
+    async def _judge_until_available(self, messages: list[InputMessage]) -> list[RedteamMetrics]:
+        delay = 1.0
+        while True:
+            verdicts = list(await asyncio.gather(*(self._judge(m) for m in messages)))
+            if self.settings.outage_policy != "pause" or not _all_unavailable(verdicts):
+                self.telemetry.paused.set(0)
+                return verdicts
+            # The judge is down for everyone: publishing errors would burn through
+            # the topic. Hold the batch (unacked) and try again.
+            reason = next(m.error for v in verdicts for m in v.metrics if m.error)
+            log.warning("judge unavailable for a whole batch of %d; pausing %.0fs: %s",
+                        len(messages), delay, reason)
+            self.telemetry.paused.set(1)
+            self.telemetry.outage_pauses.inc()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.settings.outage_max_backoff)
+
+    def _dlq(self, raw: RawMessage, reason: str) -> Outgoing:
+        self.telemetry.messages.labels(outcome="dlq").inc()
+        log.info("DLQ %s[%d]@%d: %s", raw.source.topic, raw.source.partition,
+                 raw.source.offset, reason)
+        value = orjson.dumps(dlq_record(reason, raw.value, raw.source))
+        return Outgoing(self.settings.dlq_topic, raw.source.key, value)
+
+    def _records(self, raw: RawMessage, message: InputMessage,
+                 metrics: RedteamMetrics) -> list[Outgoing]:
+        event_ms = message.event_time_ms or raw.source.timestamp_ms or int(time.time() * 1000)
+        record = result_record(message, metrics, raw.source, event_time_ms=event_ms,
+                               judge_model=self.evaluator.judge.model)
+        case_id = message.case.case_id
+        key = case_id.encode() if case_id else raw.source.key
+        records = [Outgoing(self.results_topic, key, orjson.dumps(record))]
+        self._count(metrics)
+        if self.emit_judgments:
+            records.extend(self._judgment_events(message, metrics, raw.source, event_ms))
+        return records
+
+    def _count(self, metrics: RedteamMetrics) -> None:
+        t = self.telemetry
+        t.messages.labels(outcome="judged").inc()
+        for m in metrics.metrics:
+            verdict = "error" if m.error else ("unsafe" if m.unsafe else "safe")
+            t.judgments.labels(metric=m.name, verdict=verdict).inc()
+            t.dropped_spans.inc(m.dropped_spans)
+            t.cache_hits.inc(m.cached)
+            t.tokens.labels(direction="input").inc(m.input_tokens)
+            t.tokens.labels(direction="output").inc(m.output_tokens)
+            if m.cost is None:
+                t.unpriced.inc()
+            else:
+                t.cost.inc(m.cost)
+
+    def _judgment_events(self, message: InputMessage, metrics: RedteamMetrics,
+                         source: Source, event_ms: int) -> list[Outgoing]:
+        labels = group_labels(message.metadata, self.settings.group_labels)
+        events = []
+        for m in metrics.metrics:
+            status = "error" if m.error else ("unsafe" if m.unsafe else "safe")
+            body: dict[str, Any] = {
+                "metric": m.name, "group": labels, "table_key": table_key(m.name, labels),
+                "status": status, "case_id": message.case.case_id, "event_time_ms": event_ms,
+                "evidence_spans": m.result[0].evidence_spans[:3] if m.unsafe else [],
+                "source": source.as_dict()}
+            key = partition_key(m.name, labels, self.settings.version_label).encode()
+            events.append(Outgoing(self.settings.judgments_topic, key, orjson.dumps(body),
+                                   timestamp_ms=event_ms))
+        return events
+
+
+def _all_unavailable(verdicts: list[RedteamMetrics]) -> bool:
+    results = [m for v in verdicts for m in v.metrics]
+    return bool(results) and all(m.unavailable for m in results)
