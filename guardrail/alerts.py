@@ -162,7 +162,8 @@ class AlertDispatcher:
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 problem = type(exc).__name__
             log.warning("alert webhook attempt %d failed: %s", attempt + 1, problem)
-            await asyncio.sleep(min(10.0, 0.5 * 2 ** attempt))
+            if attempt < self.retries:
+                await asyncio.sleep(min(10.0, 0.5 * 2 ** attempt))
         log.error("alert webhook gave up after %d attempts", self.retries + 1)
         return False
 

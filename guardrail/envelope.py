@@ -63,22 +63,31 @@ def utc_iso(ms: int | float) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
 
 
+#: Epoch ms of 9999-12-31T23:59:59.999Z, the last instant datetime can show.
+_MAX_EVENT_MS = 253_402_300_799_999
+
+
 def parse_event_time(value: Any) -> int:
     """Event time in epoch ms from seconds, milliseconds or an ISO-8601 string."""
     if isinstance(value, bool):
         raise ValueError("timestamp must be a number or an ISO-8601 string")
     if isinstance(value, (int, float)):
         # Seconds and milliseconds are both common; ms since 1970 passes 1e11 in 1973.
-        return int(value if value > 1e11 else value * 1000)
-    if isinstance(value, str):
+        # round(): float seconds * 1000 can land just below the intended ms.
+        ms = round(value if value > 1e11 else value * 1000)
+    elif isinstance(value, str):
         try:
             parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             raise ValueError(f"timestamp {value[:40]!r} is not ISO-8601") from None
         if parsed.tzinfo is None:
             parsed = parsed.replace(tzinfo=timezone.utc)
-        return int(parsed.timestamp() * 1000)
-    raise ValueError("timestamp must be a number or an ISO-8601 string")
+        ms = round(parsed.timestamp() * 1000)
+    else:
+        raise ValueError("timestamp must be a number or an ISO-8601 string")
+    if not 0 <= ms <= _MAX_EVENT_MS:
+        raise ValueError("timestamp is out of range (1970 to 9999)")
+    return ms
 
 
 def _metadata(value: Any) -> dict[str, str]:

@@ -88,14 +88,14 @@ class LiteLLMJudge:
         text = await self._complete(messages, fmt, usage)
         try:
             answer = parse_answer(text, scoring_mode=scoring_mode,
-                                  include_reasoning=include_reasoning)
+                                  include_reasoning=include_reasoning, judged=prompt.judged)
         except JudgeAnswerError as first:
             messages += [{"role": "assistant", "content": text[:4000]},
                          {"role": "user", "content": _REPAIR.format(error=first)}]
             text = await self._complete(messages, fmt, usage)
             try:
                 answer = parse_answer(text, scoring_mode=scoring_mode,
-                                      include_reasoning=include_reasoning)
+                                      include_reasoning=include_reasoning, judged=prompt.judged)
             except JudgeAnswerError as second:
                 raise _with_usage(JudgeAnswerError(f"{second} (after one repair retry)"),
                                   usage) from None

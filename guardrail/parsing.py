@@ -19,7 +19,7 @@ from .errors import JudgeAnswerError
 from .models import ScoringMode
 
 __all__ = ["BinaryAnswer", "ScaleAnswer", "answer_model", "response_schema",
-           "extract_json_object", "parse_answer", "ground_spans"]
+           "extract_json_object", "parse_answer", "ground_spans", "echoes_judged_text"]
 
 # Bounds that stop a runaway judge from bloating results and alerts.
 _MAX_ITEMS = 20
@@ -117,10 +117,35 @@ def _excerpt(text: str, limit: int = 120) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def parse_answer(text: str, *, scoring_mode: ScoringMode,
-                 include_reasoning: bool) -> BinaryAnswer:
-    """Parse and validate a judge answer for the given mode."""
+def _json_objects(text: str) -> Any:
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"\{", text):
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            yield value
+
+
+def echoes_judged_text(data: dict[str, Any], judged: dict[str, str]) -> bool:
+    """True when the answer is a JSON object that also stands inside the judged
+    text: a judge that copies an injected verdict, not one that judged."""
+    return any(candidate == data for text in judged.values() if "{" in text
+               for candidate in _json_objects(text))
+
+
+def parse_answer(text: str, *, scoring_mode: ScoringMode, include_reasoning: bool,
+                 judged: dict[str, str] | None = None) -> BinaryAnswer:
+    """Parse and validate a judge answer for the given mode.
+
+    With ``judged`` (the fenced texts), an answer copied from inside them is
+    rejected as a likely prompt injection.
+    """
     data = extract_json_object(text)
+    if judged and echoes_judged_text(data, judged):
+        raise JudgeAnswerError("judge answer repeats a verdict that appears inside the "
+                               "judged text (possible prompt injection)")
     model = answer_model(scoring_mode, include_reasoning)
     try:
         answer = model.model_validate(data)

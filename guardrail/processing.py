@@ -128,7 +128,8 @@ class MessageJudge:
 
     def _records(self, raw: RawMessage, message: InputMessage,
                  metrics: RedteamMetrics) -> list[Outgoing]:
-        event_ms = message.event_time_ms or raw.source.timestamp_ms or int(time.time() * 1000)
+        event_ms = next((t for t in (message.event_time_ms, raw.source.timestamp_ms)
+                         if t is not None and t >= 0), int(time.time() * 1000))
         record = result_record(message, metrics, raw.source, event_time_ms=event_ms,
                                judge_model=self.evaluator.judge.model)
         case_id = message.case.case_id

@@ -177,11 +177,6 @@ def test_embedded_broker_refuses_a_port_in_use():
     assert broker.process is None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: EmbeddedBroker.start only detects a port in use by connecting to it "
-    "(broker.py _port_open), so a port that is bound but not listening passes the check, "
-    "Tansu panics with AddrInUse and the error is 'embedded broker exited with code 0' "
-    "without naming the port"))
 def test_embedded_broker_refuses_a_bound_port_with_a_clear_message(kafka_bootstrap):
     # kafka_bootstrap: only so this skips where the broker binary is unavailable.
     with _occupied_port(listen=False) as sock:

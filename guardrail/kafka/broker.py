@@ -48,6 +48,16 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _port_taken(port: int) -> bool:
+    """True when anything holds the port, listening or merely bound."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
 class EmbeddedBroker:
     """Start and stop one Tansu process listening on ``127.0.0.1:port``."""
 
@@ -67,7 +77,7 @@ class EmbeddedBroker:
                 "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
 
     def start(self, timeout: float = 20.0) -> EmbeddedBroker:
-        if _port_open(self.port):
+        if _port_taken(self.port):
             raise ConfigError(f"port {self.port} is already in use; pick another with --port")
         out = subprocess.DEVNULL
         if self.log_path is not None:
@@ -78,7 +88,8 @@ class EmbeddedBroker:
         deadline = time.monotonic() + timeout
         while not _port_open(self.port):
             if self.process.poll() is not None:
-                raise ConfigError(f"embedded broker exited with code {self.process.returncode}")
+                raise ConfigError(f"embedded broker on port {self.port} exited with code "
+                                  f"{self.process.returncode}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise ConfigError(f"embedded broker did not listen on {self.port} in {timeout}s")

@@ -1,0 +1,217 @@
+"""Fault scenarios against the real worker: crash, judge outage, rebalance, secrets.
+
+Each scenario runs worker processes on a broker with a stand-in judge and
+returns a dict of figures; the tests assert on them and ``bench/faults.py``
+prints them as a table::
+
+    figures = crash_scenario(bootstrap, judge, workdir, cases=10_000, kills=3)
+    assert figures["lost"] == 0
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from .harness import StreamEnv, TopicWatcher, consume, produce
+from .judge_server import JudgeServer
+
+__all__ = ["crash_scenario", "outage_scenario", "rebalance_scenario", "secrets_scenario",
+           "sample_cases", "delivery_figures"]
+
+
+def sample_cases(n: int, *, prefix: str = "case", toxic_every: int = 10,
+                 **metadata: str) -> list[tuple[bytes, bytes, None]]:
+    """``n`` input messages; every ``toxic_every``-th trips the rule judge."""
+    meta = {"model": "m", "model_version": "v1", **metadata}
+    out = []
+    for i in range(n):
+        text = "you idiot" if toxic_every and i % toxic_every == 0 else f"helpful answer {i}"
+        body = {"case_id": f"{prefix}-{i}", "output": text, "metadata": meta}
+        out.append((f"{prefix}-{i}".encode(), json.dumps(body).encode(), None))
+    return out
+
+
+def delivery_figures(produced: list[str], results: list[dict[str, Any]]) -> dict[str, int]:
+    """Lost, duplicated and unexpected results by case_id."""
+    counts = Counter(r.get("case_id") for r in results)
+    expected = set(produced)
+    return {"produced": len(produced), "results": len(results),
+            "unique": len(expected & set(counts)),
+            "lost": len(expected - set(counts)),
+            "duplicates": sum(c - 1 for c in counts.values() if c > 1),
+            "unexpected": len(set(counts) - expected)}
+
+
+def _setup(bootstrap: str, judge: JudgeServer, workdir: Path, cases: int,
+           **settings: Any) -> tuple[StreamEnv, list[str]]:
+    env = StreamEnv(bootstrap, judge.api_base, workdir, **settings)
+    created = env.cli("produce", "--input", "/dev/null")
+    if created.returncode != 0:
+        raise RuntimeError(f"topic creation failed: {created.stderr}")
+    messages = sample_cases(cases)
+    asyncio.run(produce(bootstrap, env.topic("input"), messages))
+    return env, [k.decode() for k, _, _ in messages]
+
+
+def _done(expected: set[str]) -> Any:
+    return lambda records: expected <= {r.get("case_id") for r in records}
+
+
+def crash_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *, cases: int,
+                   kills: int = 3, latency: float = 0.05, seed: int = 7,
+                   timeout: float = 600) -> dict[str, Any]:
+    """SIGKILL the worker ``kills`` times at random points while judging."""
+    rng = random.Random(seed)
+    judge.latency = latency
+    env, produced = _setup(bootstrap, judge, workdir, cases)
+    started = time.monotonic()
+    killed_at = []
+    with TopicWatcher(bootstrap, env.topic("results")) as results:
+        worker = env.start_worker()
+        for k in range(kills):
+            target = int(cases * (k + 1) / (kills + 1) * rng.uniform(0.8, 1.0))
+            results.wait_for(lambda r: len(r) >= target, timeout=timeout / (kills + 1))
+            time.sleep(rng.uniform(0.0, 1.0))
+            worker.send_signal(signal.SIGKILL)
+            worker.wait(10)
+            killed_at.append(len(results.snapshot()))
+            worker = env.start_worker()
+        finished = results.wait_for(_done(set(produced)), timeout=timeout)
+        time.sleep(2)  # let in-flight duplicates land before counting
+        records = results.snapshot()
+    env.stop_workers()
+    return {"scenario": "crash (SIGKILL x%d)" % kills, **delivery_figures(produced, records),
+            "killed_at_results": killed_at, "finished": finished,
+            "seconds": round(time.monotonic() - started, 1), "logs": env.logs()}
+
+
+def _answered_recorder(answered: set[tuple[str, str]]) -> Any:
+    async def responder(body: dict, fields: dict[str, str], metric: str, mode: str) -> None:
+        answered.add((fields.get("output", ""), metric))  # only reached on a 200 answer
+        return None
+
+    return responder
+
+
+def _safe_without_success(records: list[dict[str, Any]], outputs: dict[str, str],
+                          answered: set[tuple[str, str]]) -> int:
+    bad = 0
+    for r in records:
+        for m in r.get("metrics", []):
+            safe = m.get("error") is None and m["result"] and m["result"][0]["verdict"] == "SAFE"
+            if safe and (outputs.get(r["case_id"]), m["name"]) not in answered:
+                bad += 1
+    return bad
+
+
+def outage_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *, cases: int,
+                    outage_seconds: float, latency: float = 0.02,
+                    timeout: float = 600) -> dict[str, Any]:
+    """The judge answers 503, then times out, for ``outage_seconds``; then recovers."""
+    answered: set[tuple[str, str]] = set()
+    judge.latency, judge.responder = latency, _answered_recorder(answered)
+    env, produced = _setup(bootstrap, judge, workdir, cases, judge_timeout=2,
+                           judge_max_retries=1, outage_max_backoff=4)
+    outputs = {k.decode(): json.loads(v)["output"] for k, v, _ in sample_cases(cases)}
+    with TopicWatcher(bootstrap, env.topic("results")) as results:
+        worker = env.start_worker()
+        results.wait_for(lambda r: len(r) >= cases // 4, timeout=timeout)
+        judge.set_outage(True, 503)
+        time.sleep(outage_seconds / 2)
+        judge.set_outage(False)
+        judge.latency = 30.0  # now every call hangs past the 2 s judge timeout
+        time.sleep(outage_seconds / 2)
+        judge.latency = latency
+        recovered = time.monotonic()
+        during = len(results.snapshot())
+        finished = results.wait_for(_done(set(produced)), timeout=timeout)
+        drained_in = time.monotonic() - recovered
+        records = results.snapshot()
+    alive = worker.poll() is None
+    env.stop_workers()
+    errors = sum(1 for r in records for m in r["metrics"] if m.get("error"))
+    return {"scenario": f"judge outage {outage_seconds:g}s (503 then timeouts)",
+            **delivery_figures(produced, records), "finished": finished,
+            "safe_without_success": _safe_without_success(records, outputs, answered),
+            "metric_errors_published": errors, "results_at_recovery": during,
+            "worker_alive": alive, "drain_seconds": round(drained_in, 1),
+            "restarts": len(env.workers) - 1, "logs": env.logs()}
+
+
+def rebalance_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *, cases: int,
+                       latency: float = 0.02, timeout: float = 600) -> dict[str, Any]:
+    """A second worker joins at 20% and leaves (SIGTERM) at 60% of the run."""
+    judge.latency = latency
+    env, produced = _setup(bootstrap, judge, workdir, cases)
+    with TopicWatcher(bootstrap, env.topic("results")) as results:
+        first = env.start_worker()
+        results.wait_for(lambda r: len(r) >= cases // 5, timeout=timeout)
+        second = env.start_worker()
+        results.wait_for(lambda r: len(r) >= cases * 3 // 5, timeout=timeout)
+        second.send_signal(signal.SIGTERM)
+        second.wait(60)
+        finished = results.wait_for(_done(set(produced)), timeout=timeout)
+        time.sleep(2)
+        records = results.snapshot()
+    judgments = asyncio.run(consume(bootstrap, env.topic("judgments"),
+                                    expect=2 * len(records), timeout=60, settle=2))
+    totals = _window_totals(first.web_port, expect=len(judgments))  # type: ignore[attr-defined]
+    env.stop_workers()
+    return {"scenario": "rebalance (2nd worker joins, leaves)",
+            **delivery_figures(produced, records), "finished": finished,
+            "judgment_events": len(judgments), "window_total": totals,
+            "window_counts_match": totals == len(judgments), "logs": env.logs()}
+
+
+def _window_totals(web_port: int, *, expect: int, timeout: float = 30) -> int:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    total = -1
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/rates", timeout=5) as r:
+                total = sum(row["total"] for row in json.loads(r.read())["rates"])
+        except OSError:
+            pass
+        if total == expect:
+            break
+        time.sleep(0.5)
+    return total
+
+
+def secrets_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *,
+                     secret: str) -> dict[str, Any]:
+    """Debug logging, a key-echoing judge error, bad input and an alert: find the key."""
+    from .judge_server import ErrorReply
+
+    judge.reset()
+    judge.script(ErrorReply(401, message=f"Incorrect API key provided: {secret}"))
+    env, produced = _setup(bootstrap, judge, workdir, 60, judge_api_key=secret,
+                           alert_rules=json.dumps([{"min_judgments": 5,
+                                                    "max_unsafe_rate": 0.05}]))
+    asyncio.run(produce(bootstrap, env.topic("input"), [(b"bad", b"{oops", None)]))
+    with TopicWatcher(bootstrap, env.topic("results")) as results:
+        env.start_worker(extra_args=["--loglevel", "debug"])
+        results.wait_for(_done(set(produced)), timeout=120)
+        records = results.snapshot()
+    env.stop_workers()
+    outputs = {"worker logs": env.logs(), "results": json.dumps(records)}
+    for name in ("dlq", "alerts", "judgments"):
+        outputs[f"{name} topic"] = json.dumps(asyncio.run(
+            consume(bootstrap, env.topic(name), expect=10**9, timeout=3)))
+    for args in (("tail", "--idle-timeout", "2", "--topic", env.topic("results")),
+                 ("estimate", "redteam", "--input", "/dev/null")):
+        proc = env.cli(*args)
+        outputs[f"cli {args[0]}"] = proc.stdout + proc.stderr
+    leaks = {name: text.count(secret) for name, text in outputs.items()}
+    return {"scenario": "secrets at debug level", **delivery_figures(produced, records),
+            "leaks": sum(leaks.values()), "leaks_by_place": leaks,
+            "bytes_checked": sum(len(t) for t in outputs.values())}

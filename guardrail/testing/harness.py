@@ -1,0 +1,205 @@
+"""Drive the real worker against a broker: unique topics, worker processes,
+produce and consume helpers, a webhook sink. Used by the tests, the fault
+suite (bench/faults.py) and the benchmarks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from guardrail.kafka.broker import free_port
+
+BIN = Path(sys.executable).parent
+
+
+class StreamEnv:
+    """Unique topics + env for one test, and a handle on worker processes."""
+
+    def __init__(self, bootstrap: str, judge_api_base: str, tmp: Path, **settings: Any) -> None:
+        self.bootstrap = bootstrap
+        self.tmp = tmp
+        tag = uuid.uuid4().hex[:8]
+        self.topics = {"input_topic": f"in-{tag}", "results_topic": f"res-{tag}",
+                       "dlq_topic": f"dlq-{tag}", "alerts_topic": f"alerts-{tag}",
+                       "judgments_topic": f"judg-{tag}"}
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("GUARDRAIL_")}
+        self.env.update({
+            "PATH": f"{BIN}{os.pathsep}{self.env.get('PATH', '')}",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "GUARDRAIL_BOOTSTRAP_SERVERS": bootstrap,
+            "GUARDRAIL_APP_ID": f"guardrail-test-{tag}",
+            "GUARDRAIL_JUDGE_MODEL": "openai/test-judge",
+            "GUARDRAIL_JUDGE_API_BASE": judge_api_base,
+            "GUARDRAIL_JUDGE_API_KEY": "sk-stream-test-secret",
+            "GUARDRAIL_JUDGE_TIMEOUT": "5",
+            "GUARDRAIL_BATCH_WITHIN": "0.2",
+        })
+        for key, value in {**self.topics, **settings}.items():
+            self.env[f"GUARDRAIL_{key.upper()}"] = str(value)
+        self.workers: list[subprocess.Popen[bytes]] = []
+
+    def topic(self, name: str) -> str:
+        return self.topics[f"{name}_topic"]
+
+    def start_worker(self, web_port: int | None = None,
+                     extra_args: list[str] | None = None) -> subprocess.Popen[bytes]:
+        port = web_port or free_port()
+        log = open(self.tmp / f"worker-{len(self.workers)}.log", "wb")
+        proc = subprocess.Popen(["guardrail", "worker", "--web-port", str(port),
+                                 *(extra_args or [])],
+                                env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        proc.web_port = port  # type: ignore[attr-defined]
+        self.workers.append(proc)
+        return proc
+
+    def stop_workers(self) -> None:
+        for proc in self.workers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.workers:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.tmp.glob("worker-*.log")))
+
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["guardrail", *args], env=self.env, capture_output=True,
+                              text=True, timeout=timeout)
+
+
+async def produce(bootstrap: str, topic: str, values: list[tuple[bytes | None, bytes, int | None]]
+                  ) -> None:
+    """Send (key, value, timestamp_ms) triples and wait for every ack."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
+                                max_request_size=32 * 1024 * 1024)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value, key=key, timestamp_ms=ts)
+                   for key, value, ts in values]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+async def consume(bootstrap: str, topic: str, *, expect: int, timeout: float,
+                  settle: float = 0.0) -> list[dict[str, Any]]:
+    """Read a topic from the start until ``expect`` records (then ``settle`` more
+    seconds, to catch extras) or ``timeout``; values parsed as JSON."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    records: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    settle_until: float | None = None
+    try:
+        while time.monotonic() < deadline:
+            if settle_until is None and len(records) >= expect:
+                settle_until = time.monotonic() + settle
+            if settle_until is not None and time.monotonic() >= settle_until:
+                break
+            batch = await consumer.getmany(timeout_ms=300)
+            for messages in batch.values():
+                records.extend(json.loads(m.value) for m in messages)
+    finally:
+        await consumer.stop()
+    return records
+
+
+class WebhookSink:
+    """A tiny HTTP server in a thread that records alert POSTs."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/alerts"
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def handle(request: web.Request) -> web.Response:
+            self.received.append(await request.json())
+            return web.json_response({"ok": True})
+
+        app = web.Application()
+        app.router.add_post("/alerts", handle)
+        runner = web.AppRunner(app)
+        self._loop.run_until_complete(runner.setup())
+        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        self._ready.set()
+        self._loop.run_forever()
+
+    def __enter__(self) -> WebhookSink:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+class TopicWatcher:
+    """Consume a topic from the start in a background thread, keeping every record.
+
+        with TopicWatcher(bootstrap, "redteam-results") as results:
+            results.wait_for(lambda recs: len(recs) >= 100, timeout=60)
+    """
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        self.records: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+
+    async def _run(self) -> None:
+        consumer = AIOKafkaConsumer(self.topic, bootstrap_servers=self.bootstrap, group_id=None,
+                                    auto_offset_reset="earliest", enable_auto_commit=False)
+        await consumer.start()
+        try:
+            while not self._stop.is_set():
+                batch = await consumer.getmany(timeout_ms=200)
+                parsed = [json.loads(m.value) for ms in batch.values() for m in ms]
+                with self._lock:
+                    self.records.extend(parsed)
+        finally:
+            await consumer.stop()
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.records)
+
+    def wait_for(self, predicate: Any, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate(self.snapshot()):
+                return True
+            time.sleep(0.2)
+        return predicate(self.snapshot())
+
+    def __enter__(self) -> TopicWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
