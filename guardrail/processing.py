@@ -72,12 +72,15 @@ class MessageJudge:
 
     def __init__(self, evaluator: Evaluator, *, settings: Settings,
                  telemetry: Telemetry | None = None, emit_judgments: bool = True,
-                 results_topic: str | None = None) -> None:
+                 results_topic: str | None = None, origin: str = "live") -> None:
         self.evaluator = evaluator
         self.settings = settings
         self.telemetry = telemetry or Telemetry()
         self.emit_judgments = emit_judgments
         self.results_topic = results_topic or settings.results_topic
+        #: Which run produced the judgments ("live", or one replay): the window
+        #: counter de-duplicates per origin and source partition.
+        self.origin = origin
 
     async def process(self, batch: list[RawMessage]) -> list[Outgoing]:
         """Never raises for bad input or judge trouble; may wait out an outage."""
@@ -165,7 +168,7 @@ class MessageJudge:
                 "metric": m.name, "group": labels, "table_key": table_key(m.name, labels),
                 "status": status, "case_id": message.case.case_id, "event_time_ms": event_ms,
                 "evidence_spans": m.result[0].evidence_spans[:3] if m.unsafe else [],
-                "source": source.as_dict()}
+                "source": source.as_dict(), "origin": self.origin}
             key = partition_key(m.name, labels, self.settings.version_label).encode()
             events.append(Outgoing(self.settings.judgments_topic, key, orjson.dumps(body),
                                    timestamp_ms=event_ms))

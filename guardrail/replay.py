@@ -11,6 +11,7 @@ judgment events are emitted, so live alerts do not fire::
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,7 +115,8 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
     cache = SqliteCache(settings.cache_path or default_cache_path())
     evaluator = Evaluator(judge or LiteLLMJudge(settings), settings=settings, cache=cache)
     message_judge = MessageJudge(evaluator, settings=settings, emit_judgments=fire_alerts,
-                                 results_topic=results_topic or settings.results_topic)
+                                 results_topic=results_topic or settings.results_topic,
+                                 origin=f"replay-{uuid.uuid4().hex[:12]}")
     options = client_options(settings)
     consumer = AIOKafkaConsumer(group_id=None, enable_auto_commit=False, **options)
     producer = AIOKafkaProducer(acks="all", linger_ms=5, **options)

@@ -42,6 +42,9 @@ class Telemetry:
                                      "the judge was unavailable", registry=r)
         self.lag = Gauge("guardrail_consumer_lag", "Messages not yet committed",
                          ["topic", "partition"], registry=r)
+        self.duplicate_judgments = Counter(
+            "guardrail_duplicate_judgments", "Redelivered judgment events not counted again",
+            registry=r)
         self.alerts = Counter("guardrail_alerts", "Alerts fired", ["metric"], registry=r)
         self.in_flight = Gauge("guardrail_in_flight_messages", "Messages being judged",
                                registry=r)

@@ -5,10 +5,10 @@ agents ack out of order and ``Consumer._new_offset`` can commit past an
 unfinished message, and ``take()`` acks its batch in a ``finally`` even when
 the body failed or was cancelled. So the agent reads batches with
 ``noack_take`` (nothing is acked for us), judges each batch concurrently, and
-an ordered acker acks a batch only after
+an ordered acker publishes a batch's records and acks it only after
 
 1. every result / judgment / DLQ record of it was acknowledged by the broker, and
-2. every earlier batch was acked,
+2. every earlier batch was published and acked,
 
 so the committed offset never passes an unfinished message. At most
 ``max_inflight_batches`` batches are in flight (backpressure): the agent stops
@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..envelope import Source
@@ -33,6 +34,7 @@ __all__ = ["register", "OrderedAcker", "MAX_INFLIGHT_BATCHES"]
 log = logging.getLogger("guardrail.worker")
 
 MAX_INFLIGHT_BATCHES = 4
+SHUTDOWN_GRACE_SECONDS = 10.0
 
 
 def _raw(event: Any) -> RawMessage:
@@ -42,24 +44,39 @@ def _raw(event: Any) -> RawMessage:
                                                    timestamp_ms=timestamp_ms, key=m.key))
 
 
+Publish = Callable[[list[Outgoing]], Awaitable[None]]
+
+
 class OrderedAcker:
-    """Ack batches strictly in submission order, once each one's work is done."""
+    """Publish each batch's records and ack its events strictly in submission order.
 
-    def __init__(self, stream: Any, limit: int) -> None:
+    Judging runs concurrently across batches; publishing in order keeps the
+    judgment events of one input partition in offset order, which is what lets
+    the window counter skip redelivered duplicates.
+    """
+
+    def __init__(self, stream: Any, limit: int, publish: Publish) -> None:
         self._stream = stream
-        self._queue: asyncio.Queue[tuple[list[Any], asyncio.Task[None]]] = asyncio.Queue(limit)
+        self._publish = publish
+        self._queue: asyncio.Queue[tuple[list[Any], asyncio.Task[list[Outgoing]]]] = (
+            asyncio.Queue(limit))
         self._runner: asyncio.Task[None] | None = None
+        self._work: set[asyncio.Task[list[Outgoing]]] = set()
+        self._pending = 0  # batches submitted and not yet acked
 
-    async def submit(self, events: list[Any], work: asyncio.Task[None]) -> None:
+    async def submit(self, events: list[Any], work: asyncio.Task[list[Outgoing]]) -> None:
         if self._runner is None:
-            self._runner = asyncio.ensure_future(self._ack_in_order())
+            self._runner = asyncio.ensure_future(self._publish_and_ack_in_order())
+        self._work.add(work)
+        work.add_done_callback(self._work.discard)
+        self._pending += 1
         await self._queue.put((events, work))  # blocks while `limit` batches are in flight
 
-    async def _ack_in_order(self) -> None:
+    async def _publish_and_ack_in_order(self) -> None:
         while True:
             events, work = await self._queue.get()
             try:
-                await work
+                records = await work
             except asyncio.CancelledError:
                 raise
             except BaseException:
@@ -69,15 +86,31 @@ class OrderedAcker:
                 log.critical("batch failed unexpectedly; exiting so it is redelivered",
                              exc_info=True)
                 os._exit(70)
+            await self._publish(records)
             for event in events:
                 await self._stream.ack(event)
+            self._pending -= 1
+
+    async def drain(self, timeout: float) -> None:
+        """Let in-flight batches finish, publish and ack (graceful stop)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._pending and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        if self._pending:
+            log.warning("stopping with %d batches unfinished; they will be redelivered",
+                        self._pending)
 
     def cancel(self) -> None:
+        """On shutdown: stop unfinished work without acking it; those messages are
+        redelivered (a judge outage must not hold a shutdown hostage)."""
         if self._runner is not None:
             self._runner.cancel()
+        for work in list(self._work):
+            work.cancel()
 
 
-async def _publish(runtime: GuardrailApp, topics: dict[str, Any], records: list[Outgoing]) -> None:
+async def _publish(topics: dict[str, Any], records: list[Outgoing]) -> None:
     """Send every record and wait for the broker's acknowledgements; retry on failure."""
     delay = 0.5
     while True:
@@ -107,17 +140,22 @@ def register(runtime: GuardrailApp) -> None:
     topics = {name: app.topic(name, **raw)
               for name in (s.results_topic, s.judgments_topic, s.dlq_topic)}
 
-    async def handle(events: list[Any]) -> None:
-        records = await runtime.message_judge.process([_raw(e) for e in events])
-        await _publish(runtime, topics, records)
+    async def handle(events: list[Any]) -> list[Outgoing]:
+        return await runtime.message_judge.process([_raw(e) for e in events])
+
+    async def publish(records: list[Outgoing]) -> None:
+        await _publish(topics, records)
 
     @app.agent(source, name="guardrail.judge", concurrency=1)
     async def judge(stream: Any) -> None:
-        acker = OrderedAcker(stream, MAX_INFLIGHT_BATCHES)
+        acker = OrderedAcker(stream, MAX_INFLIGHT_BATCHES, publish)
         try:
             async for events in stream.noack_take(s.batch_size, within=s.batch_within):
                 await acker.submit(list(events), asyncio.ensure_future(handle(list(events))))
         finally:
+            # Graceful stop: finish what is in flight (bounded), so a rolling
+            # restart does not redeliver it; then drop the rest unacked.
+            await acker.drain(SHUTDOWN_GRACE_SECONDS)
             acker.cancel()
 
     runtime.state["judge_agent"] = judge

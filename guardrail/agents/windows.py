@@ -26,11 +26,12 @@ from ..settings import AlertRule
 if TYPE_CHECKING:
     from .app import GuardrailApp
 
-__all__ = ["register", "window_bounds", "TABLE_NAME"]
+__all__ = ["register", "window_bounds", "TABLE_NAME", "MARKS_TABLE", "WindowCounter"]
 
 log = logging.getLogger("guardrail.windows")
 
 TABLE_NAME = "window-counts"
+MARKS_TABLE = "counted-offsets"
 
 
 def window_bounds(timestamp: float, size: float) -> tuple[float, float]:
@@ -39,15 +40,42 @@ def window_bounds(timestamp: float, size: float) -> tuple[float, float]:
 
 
 class WindowCounter:
-    """Apply one judgment event to the table and decide whether to alert."""
+    """Apply one judgment event to the table and decide whether to alert.
 
-    def __init__(self, runtime: GuardrailApp, windowed: Any) -> None:
+    Duplicates are skipped: judgment events of one input partition arrive in
+    input-offset order per event key (the judging agent publishes in order), so
+    ``marks`` keeps the highest input offset counted per event key, origin and
+    input partition, and a redelivered judgment (after a crash or rebalance, on
+    either side) is not counted twice.
+    """
+
+    def __init__(self, runtime: GuardrailApp, windowed: Any, marks: Any) -> None:
         self.runtime = runtime
         self.settings = runtime.settings
         self.windowed = windowed
+        self.marks = marks
         self.cooldown = Cooldown()
 
-    def apply(self, judgment: dict[str, Any], timestamp: float) -> None:
+    @staticmethod
+    def _mark_key(event_key: str, judgment: dict[str, Any]) -> str | None:
+        source = judgment.get("source") or {}
+        if "offset" not in source:
+            return None
+        return (f"{event_key}|{judgment.get('origin', 'live')}|{source.get('topic')}"
+                f"|{source.get('partition')}")
+
+    def apply(self, judgment: dict[str, Any], timestamp: float, event_key: str = "") -> None:
+        mark_key = self._mark_key(event_key, judgment)
+        offset = (judgment.get("source") or {}).get("offset", -1)
+        if mark_key is not None and offset <= self.marks.get(mark_key, -1):
+            self.runtime.telemetry.duplicate_judgments.inc()
+            return
+        self._count(judgment, timestamp)
+        if mark_key is not None:
+            # After the count: a crash in between can double count, never drop one.
+            self.marks[mark_key] = offset
+
+    def _count(self, judgment: dict[str, Any], timestamp: float) -> None:
         key = judgment["table_key"]
         counts = WindowCounts.from_dict(self.windowed[key].current())
         counts.total += 1
@@ -119,7 +147,8 @@ def register(runtime: GuardrailApp) -> None:
     windowed = table.tumbling(timedelta(seconds=s.window_seconds),
                               expires=timedelta(seconds=s.window_expires_seconds)
                               ).relative_to_stream()
-    counter = WindowCounter(runtime, windowed)
+    marks = app.Table(MARKS_TABLE, partitions=s.topic_partitions)  # no default: missing = unseen
+    counter = WindowCounter(runtime, windowed, marks)
     runtime.state["table"] = table
 
     # Writes tables, so concurrency stays 1 (faust-streaming caveat).
@@ -127,7 +156,8 @@ def register(runtime: GuardrailApp) -> None:
     async def count(stream: Any) -> None:
         async for event in stream.events():
             try:
-                counter.apply(orjson.loads(event.message.value), event.message.timestamp)
+                key = (event.message.key or b"").decode("utf-8", "replace")
+                counter.apply(orjson.loads(event.message.value), event.message.timestamp, key)
             except Exception:  # a malformed event must not stop counting
                 log.exception("could not count judgment event at offset %s",
                               event.message.offset)

@@ -86,10 +86,23 @@ def crash_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *, cases: 
         finished = results.wait_for(_done(set(produced)), timeout=timeout)
         time.sleep(2)  # let in-flight duplicates land before counting
         records = results.snapshot()
+    seconds = round(time.monotonic() - started, 1)
+    windows = _window_figures(env, worker.web_port, 2 * len(records))  # type: ignore[attr-defined]
     env.stop_workers()
     return {"scenario": "crash (SIGKILL x%d)" % kills, **delivery_figures(produced, records),
-            "killed_at_results": killed_at, "finished": finished,
-            "seconds": round(time.monotonic() - started, 1), "logs": env.logs()}
+            **windows, "killed_at_results": killed_at, "finished": finished,
+            "seconds": seconds, "logs": env.logs()}
+
+
+def _window_figures(env: StreamEnv, web_port: int, most: int) -> dict[str, Any]:
+    """Judgment events on the topic, unique ones, and what the windows counted."""
+    judgments = asyncio.run(consume(env.bootstrap, env.topic("judgments"), expect=most,
+                                    timeout=30, settle=2))
+    unique = len({(j["source"]["partition"], j["source"]["offset"], j["metric"])
+                  for j in judgments})
+    total = _window_totals(web_port, expect=unique)
+    return {"judgment_events": len(judgments), "unique_judgments": unique,
+            "window_total": total, "window_counts_match": total == unique}
 
 
 def _answered_recorder(answered: set[tuple[str, str]]) -> Any:
@@ -112,7 +125,7 @@ def _safe_without_success(records: list[dict[str, Any]], outputs: dict[str, str]
 
 
 def outage_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *, cases: int,
-                    outage_seconds: float, latency: float = 0.02,
+                    outage_seconds: float, latency: float = 0.1,
                     timeout: float = 600) -> dict[str, Any]:
     """The judge answers 503, then times out, for ``outage_seconds``; then recovers."""
     answered: set[tuple[str, str]] = set()
@@ -160,14 +173,11 @@ def rebalance_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *, cas
         finished = results.wait_for(_done(set(produced)), timeout=timeout)
         time.sleep(2)
         records = results.snapshot()
-    judgments = asyncio.run(consume(bootstrap, env.topic("judgments"),
-                                    expect=2 * len(records), timeout=60, settle=2))
-    totals = _window_totals(first.web_port, expect=len(judgments))  # type: ignore[attr-defined]
+    windows = _window_figures(env, first.web_port, 2 * len(records))  # type: ignore[attr-defined]
     env.stop_workers()
     return {"scenario": "rebalance (2nd worker joins, leaves)",
-            **delivery_figures(produced, records), "finished": finished,
-            "judgment_events": len(judgments), "window_total": totals,
-            "window_counts_match": totals == len(judgments), "logs": env.logs()}
+            **delivery_figures(produced, records), **windows, "finished": finished,
+            "logs": env.logs()}
 
 
 def _window_totals(web_port: int, *, expect: int, timeout: float = 30) -> int:
