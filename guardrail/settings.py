@@ -91,7 +91,7 @@ class Settings(BaseModel):
     ssl_keyfile: Path | None = None
     # --- the worker ----------------------------------------------------
     batch_size: int = Field(default=64, ge=1)
-    batch_within: float = Field(default=0.5, gt=0)
+    batch_within: float = Field(default=0.05, gt=0)
     max_message_bytes: int = Field(default=1_000_000, ge=1024)
     #: On a judge outage: "pause" (back off, retry the batch) or "record" (errors).
     outage_policy: Literal["pause", "record"] = "pause"

@@ -86,7 +86,8 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
 
     app = faust.App(settings.app_id, **faust_options(settings))
     telemetry = telemetry or Telemetry()
-    cache = SqliteCache(settings.cache_path) if settings.cache_path else MemoryCache()
+    # Bounded: the in-memory cache only has to bridge outage retries and redeliveries.
+    cache = SqliteCache(settings.cache_path) if settings.cache_path else MemoryCache(20_000)
     evaluator = Evaluator(judge or LiteLLMJudge(settings), settings=settings, cache=cache)
     alerts_topic = app.topic(settings.alerts_topic, key_type=bytes, value_type=bytes,
                              key_serializer="raw", value_serializer="raw")

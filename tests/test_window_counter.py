@@ -1,0 +1,83 @@
+"""WindowCounter logic with in-memory stand-ins for the Faust tables."""
+
+from types import SimpleNamespace
+
+from guardrail.agents.windows import WindowCounter
+from guardrail.alerts import AlertDispatcher
+from guardrail.settings import load_settings
+from guardrail.telemetry import Telemetry
+
+
+class FakeWindowed:
+    """Only the current window matters here: one dict of cells."""
+
+    def __init__(self):
+        self.cells = {}
+
+    def __getitem__(self, key):
+        cells = self.cells
+        return SimpleNamespace(current=lambda: cells.get(key, {}), delta=lambda _: {})
+
+    def __setitem__(self, key, value):
+        self.cells[key] = value
+
+
+class Dispatched(AlertDispatcher):
+    def __init__(self):
+        super().__init__(webhook_url=None, timeout=1)
+        self.alerts = []
+
+    def dispatch(self, alert):
+        self.alerts.append(alert)
+
+
+def _counter(**settings):
+    runtime = SimpleNamespace(settings=load_settings(environ={}, **settings),
+                              telemetry=Telemetry(), dispatcher=Dispatched())
+    return WindowCounter(runtime, FakeWindowed(), {}), runtime
+
+
+def _judgment(offset, status="safe", partition=0, origin="live", metric="toxicity"):
+    return {"metric": metric, "group": {"model": "m"}, "table_key": f"{metric}|model=m",
+            "status": status, "case_id": f"c{offset}", "evidence_spans": ["x"],
+            "source": {"topic": "in", "partition": partition, "offset": offset},
+            "origin": origin}
+
+
+def test_redelivered_judgments_are_counted_once_offset_zero_included():
+    counter, runtime = _counter()
+    for offset in [0, 1, 2, 1, 2, 0, 3]:
+        counter.apply(_judgment(offset), 1000.0, "toxicity|model=m")
+    assert counter.windowed.cells["toxicity|model=m"]["total"] == 4
+    assert runtime.telemetry.duplicate_judgments._value.get() == 3
+
+
+def test_partitions_and_origins_are_tracked_separately():
+    counter, _ = _counter()
+    counter.apply(_judgment(5, partition=0), 1000.0, "k")
+    counter.apply(_judgment(5, partition=1), 1000.0, "k")
+    counter.apply(_judgment(5, origin="replay-1"), 1000.0, "k")
+    counter.apply(_judgment(5, partition=0), 1000.0, "k")
+    assert counter.windowed.cells["toxicity|model=m"]["total"] == 3
+
+
+def test_absolute_rule_alerts_once_per_incident_with_examples():
+    rules = [{"metric": "toxicity", "max_unsafe_rate": 0.2, "min_judgments": 5,
+              "baseline_windows": 0, "cooldown_seconds": 900}]
+    counter, runtime = _counter(alert_rules=rules, alert_examples=2)
+    for offset in range(20):
+        counter.apply(_judgment(offset, "unsafe" if offset % 2 else "safe"), 1000.0, "k")
+    assert len(runtime.dispatcher.alerts) == 1
+    alert = runtime.dispatcher.alerts[0]
+    assert alert["counts"]["judged"] >= 5 and alert["rate"] > 0.2
+    assert [e["case_id"] for e in alert["examples"]] == ["c1", "c3"]
+    assert alert["window"]["start"].startswith("1970-01-01T00:15:00")
+
+
+def test_errors_count_in_the_window_but_not_in_the_rate():
+    counter, runtime = _counter()
+    for offset in range(30):
+        counter.apply(_judgment(offset, "error"), 1000.0, "k")
+    cell = counter.windowed.cells["toxicity|model=m"]
+    assert (cell["total"], cell["errors"], cell["unsafe"]) == (30, 30, 0)
+    assert runtime.dispatcher.alerts == []
