@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -101,14 +102,8 @@ def extract_json_object(text: str) -> dict[str, Any]:
             continue
         if isinstance(value, dict):
             return value
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"\{", stripped):
-        try:
-            value, _ = decoder.raw_decode(stripped, match.start())
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
+    for value in _json_objects(stripped):  # the first object amid prose
+        return value
     raise JudgeAnswerError(f"judge answer contains no JSON object: {_excerpt(text)}")
 
 
@@ -117,7 +112,8 @@ def _excerpt(text: str, limit: int = 120) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def _json_objects(text: str) -> Any:
+def _json_objects(text: str) -> Iterator[dict[str, Any]]:
+    """Every JSON object embedded in ``text``, in order of its opening brace."""
     decoder = json.JSONDecoder()
     for match in re.finditer(r"\{", text):
         try:
