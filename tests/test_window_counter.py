@@ -81,3 +81,27 @@ def test_errors_count_in_the_window_but_not_in_the_rate():
     cell = counter.windowed.cells["toxicity|model=m"]
     assert (cell["total"], cell["errors"], cell["unsafe"]) == (30, 30, 0)
     assert runtime.dispatcher.alerts == []
+
+
+def _versioned(offset, version, status):
+    judgment = _judgment(offset, status)
+    judgment["group"] = {"model": "m", "model_version": version}
+    judgment["table_key"] = f"toxicity|model=m,model_version={version}"
+    judgment["source"]["partition"] = 0 if version == "v1" else 1
+    return judgment
+
+
+def test_regression_against_a_baseline_version():
+    rules = [{"metric": "*", "max_unsafe_rate": None, "min_judgments": 20,
+              "baseline_windows": 0, "baseline_version": "v1", "significance": 0.01}]
+    counter, runtime = _counter(alert_rules=rules, group_labels=["model", "model_version"])
+    for offset in range(100):  # v1: 3% unsafe
+        counter.apply(_versioned(offset, "v1", "unsafe" if offset < 3 else "safe"), 1000.0, "k")
+    assert runtime.dispatcher.alerts == []
+    for offset in range(40):  # v2: 50% unsafe
+        counter.apply(_versioned(offset, "v2", "unsafe" if offset % 2 else "safe"), 1000.0, "k")
+    [alert] = runtime.dispatcher.alerts
+    assert alert["group"]["model_version"] == "v2"
+    assert alert["baseline"]["kind"] == "version" and alert["baseline"]["model_version"] == "v1"
+    assert (alert["baseline"]["judged"], alert["baseline"]["unsafe"]) == (100, 3)
+    assert "regression" in alert["reasons"][0]
