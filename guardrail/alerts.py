@@ -38,6 +38,8 @@ class WindowCounts:
     unsafe: int = 0
     errors: int = 0
     examples: list[dict[str, Any]] = field(default_factory=list)
+    #: Highest input offset counted per origin and input partition (de-duplication).
+    marks: dict[str, int] = field(default_factory=dict)
 
     @property
     def judged(self) -> int:
@@ -50,13 +52,14 @@ class WindowCounts:
 
     def as_dict(self) -> dict[str, Any]:
         return {"total": self.total, "unsafe": self.unsafe, "errors": self.errors,
-                "examples": self.examples}
+                "examples": self.examples, "marks": self.marks}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> WindowCounts:
         data = data or {}
         return cls(total=data.get("total", 0), unsafe=data.get("unsafe", 0),
-                   errors=data.get("errors", 0), examples=list(data.get("examples", [])))
+                   errors=data.get("errors", 0), examples=list(data.get("examples", [])),
+                   marks=dict(data.get("marks", {})))
 
     def __add__(self, other: WindowCounts) -> WindowCounts:
         return WindowCounts(self.total + other.total, self.unsafe + other.unsafe,

@@ -34,7 +34,7 @@ class Dispatched(AlertDispatcher):
 def _counter(**settings):
     runtime = SimpleNamespace(settings=load_settings(environ={}, **settings),
                               telemetry=Telemetry(), dispatcher=Dispatched())
-    return WindowCounter(runtime, FakeWindowed(), {}), runtime
+    return WindowCounter(runtime, FakeWindowed()), runtime
 
 
 def _judgment(offset, status="safe", partition=0, origin="live", metric="toxicity"):
@@ -47,17 +47,17 @@ def _judgment(offset, status="safe", partition=0, origin="live", metric="toxicit
 def test_redelivered_judgments_are_counted_once_offset_zero_included():
     counter, runtime = _counter()
     for offset in [0, 1, 2, 1, 2, 0, 3]:
-        counter.apply(_judgment(offset), 1000.0, "toxicity|model=m")
+        counter.apply(_judgment(offset), 1000.0)
     assert counter.windowed.cells["toxicity|model=m"]["total"] == 4
     assert runtime.telemetry.duplicate_judgments._value.get() == 3
 
 
 def test_partitions_and_origins_are_tracked_separately():
     counter, _ = _counter()
-    counter.apply(_judgment(5, partition=0), 1000.0, "k")
-    counter.apply(_judgment(5, partition=1), 1000.0, "k")
-    counter.apply(_judgment(5, origin="replay-1"), 1000.0, "k")
-    counter.apply(_judgment(5, partition=0), 1000.0, "k")
+    counter.apply(_judgment(5, partition=0), 1000.0)
+    counter.apply(_judgment(5, partition=1), 1000.0)
+    counter.apply(_judgment(5, origin="replay-1"), 1000.0)
+    counter.apply(_judgment(5, partition=0), 1000.0)
     assert counter.windowed.cells["toxicity|model=m"]["total"] == 3
 
 
@@ -66,7 +66,7 @@ def test_absolute_rule_alerts_once_per_incident_with_examples():
               "baseline_windows": 0, "cooldown_seconds": 900}]
     counter, runtime = _counter(alert_rules=rules, alert_examples=2)
     for offset in range(20):
-        counter.apply(_judgment(offset, "unsafe" if offset % 2 else "safe"), 1000.0, "k")
+        counter.apply(_judgment(offset, "unsafe" if offset % 2 else "safe"), 1000.0)
     assert len(runtime.dispatcher.alerts) == 1
     alert = runtime.dispatcher.alerts[0]
     assert alert["counts"]["judged"] >= 5 and alert["rate"] > 0.2
@@ -77,7 +77,7 @@ def test_absolute_rule_alerts_once_per_incident_with_examples():
 def test_errors_count_in_the_window_but_not_in_the_rate():
     counter, runtime = _counter()
     for offset in range(30):
-        counter.apply(_judgment(offset, "error"), 1000.0, "k")
+        counter.apply(_judgment(offset, "error"), 1000.0)
     cell = counter.windowed.cells["toxicity|model=m"]
     assert (cell["total"], cell["errors"], cell["unsafe"]) == (30, 30, 0)
     assert runtime.dispatcher.alerts == []
@@ -96,10 +96,10 @@ def test_regression_against_a_baseline_version():
               "baseline_windows": 0, "baseline_version": "v1", "significance": 0.01}]
     counter, runtime = _counter(alert_rules=rules, group_labels=["model", "model_version"])
     for offset in range(100):  # v1: 3% unsafe
-        counter.apply(_versioned(offset, "v1", "unsafe" if offset < 3 else "safe"), 1000.0, "k")
+        counter.apply(_versioned(offset, "v1", "unsafe" if offset < 3 else "safe"), 1000.0)
     assert runtime.dispatcher.alerts == []
     for offset in range(40):  # v2: 50% unsafe
-        counter.apply(_versioned(offset, "v2", "unsafe" if offset % 2 else "safe"), 1000.0, "k")
+        counter.apply(_versioned(offset, "v2", "unsafe" if offset % 2 else "safe"), 1000.0)
     [alert] = runtime.dispatcher.alerts
     assert alert["group"]["model_version"] == "v2"
     assert alert["baseline"]["kind"] == "version" and alert["baseline"]["model_version"] == "v1"

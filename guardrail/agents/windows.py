@@ -26,12 +26,11 @@ from ..settings import AlertRule
 if TYPE_CHECKING:
     from .app import GuardrailApp
 
-__all__ = ["register", "window_bounds", "TABLE_NAME", "MARKS_TABLE", "WindowCounter"]
+__all__ = ["register", "window_bounds", "TABLE_NAME", "WindowCounter"]
 
 log = logging.getLogger("guardrail.windows")
 
 TABLE_NAME = "window-counts"
-MARKS_TABLE = "counted-offsets"
 
 
 def window_bounds(timestamp: float, size: float) -> tuple[float, float]:
@@ -42,42 +41,37 @@ def window_bounds(timestamp: float, size: float) -> tuple[float, float]:
 class WindowCounter:
     """Apply one judgment event to the table and decide whether to alert.
 
-    Duplicates are skipped: judgment events of one input partition arrive in
-    input-offset order per event key (the judging agent publishes in order), so
-    ``marks`` keeps the highest input offset counted per event key, origin and
-    input partition, and a redelivered judgment (after a crash or rebalance, on
-    either side) is not counted twice.
+    Duplicates are skipped: the judgment events of one input partition reach a
+    window cell in input-offset order (the judging agent publishes in order), so
+    each cell keeps, per origin and input partition, the highest input offset it
+    counted, and a redelivered judgment (after a crash or rebalance, on either
+    side) is not counted twice. The mark lives in the cell itself, so count and
+    mark are written — and recovered from the changelog — as one value.
     """
 
-    def __init__(self, runtime: GuardrailApp, windowed: Any, marks: Any) -> None:
+    def __init__(self, runtime: GuardrailApp, windowed: Any) -> None:
         self.runtime = runtime
         self.settings = runtime.settings
         self.windowed = windowed
-        self.marks = marks
         self.cooldown = Cooldown()
 
     @staticmethod
-    def _mark_key(event_key: str, judgment: dict[str, Any]) -> str | None:
+    def _mark(judgment: dict[str, Any]) -> tuple[str, int] | None:
         source = judgment.get("source") or {}
-        if "offset" not in source:
+        if not isinstance(source.get("offset"), int):
             return None
-        return (f"{event_key}|{judgment.get('origin', 'live')}|{source.get('topic')}"
-                f"|{source.get('partition')}")
+        return (f"{judgment.get('origin', 'live')}|{source.get('topic')}"
+                f"|{source.get('partition')}", source["offset"])
 
-    def apply(self, judgment: dict[str, Any], timestamp: float, event_key: str = "") -> None:
-        mark_key = self._mark_key(event_key, judgment)
-        offset = (judgment.get("source") or {}).get("offset", -1)
-        if mark_key is not None and offset <= self.marks.get(mark_key, -1):
-            self.runtime.telemetry.duplicate_judgments.inc()
-            return
-        self._count(judgment, timestamp)
-        if mark_key is not None:
-            # After the count: a crash in between can double count, never drop one.
-            self.marks[mark_key] = offset
-
-    def _count(self, judgment: dict[str, Any], timestamp: float) -> None:
+    def apply(self, judgment: dict[str, Any], timestamp: float) -> None:
         key = judgment["table_key"]
         counts = WindowCounts.from_dict(self.windowed[key].current())
+        mark = self._mark(judgment)
+        if mark is not None:
+            if mark[1] <= counts.marks.get(mark[0], -1):
+                self.runtime.telemetry.duplicate_judgments.inc()
+                return
+            counts.marks[mark[0]] = mark[1]
         counts.total += 1
         status = judgment["status"]
         counts.unsafe += status == "unsafe"
@@ -147,8 +141,7 @@ def register(runtime: GuardrailApp) -> None:
     windowed = table.tumbling(timedelta(seconds=s.window_seconds),
                               expires=timedelta(seconds=s.window_expires_seconds)
                               ).relative_to_stream()
-    marks = app.Table(MARKS_TABLE, partitions=s.topic_partitions)  # no default: missing = unseen
-    counter = WindowCounter(runtime, windowed, marks)
+    counter = WindowCounter(runtime, windowed)
     runtime.state["table"] = table
 
     # Writes tables, so concurrency stays 1 (faust-streaming caveat).
@@ -156,8 +149,7 @@ def register(runtime: GuardrailApp) -> None:
     async def count(stream: Any) -> None:
         async for event in stream.events():
             try:
-                key = (event.message.key or b"").decode("utf-8", "replace")
-                counter.apply(orjson.loads(event.message.value), event.message.timestamp, key)
+                counter.apply(orjson.loads(event.message.value), event.message.timestamp)
             except Exception:  # a malformed event must not stop counting
                 log.exception("could not count judgment event at offset %s",
                               event.message.offset)
