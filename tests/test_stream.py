@@ -158,3 +158,16 @@ def test_replay_covers_the_range_stops_and_never_pays_twice(stream_env, thread_j
     judgments = asyncio.run(consume(env.bootstrap, env.topic("judgments"), expect=1,
                                     timeout=3))
     assert judgments == []  # replay does not feed live alerts by default
+
+
+def test_worker_refuses_topics_with_other_partition_counts(stream_env):
+    from guardrail.kafka.topics import ensure_topics
+    from guardrail.settings import load_settings
+
+    settings = load_settings(environ={}, bootstrap_servers=stream_env.bootstrap,
+                             **stream_env.topics)
+    asyncio.run(ensure_topics(settings, {stream_env.topic("input"): 3}))
+    proc = stream_env.cli("worker", timeout=60)
+    assert proc.returncode == 2
+    assert f"'{stream_env.topic('input')}' has 3 partitions, needs 2" in proc.stderr
+    assert "Traceback" not in proc.stderr
