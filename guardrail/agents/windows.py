@@ -9,6 +9,7 @@ the input's event time), and expire after ``window_expires_seconds``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -31,6 +32,7 @@ __all__ = ["register", "window_bounds", "TABLE_NAME", "WindowCounter"]
 log = logging.getLogger("guardrail.windows")
 
 TABLE_NAME = "window-counts"
+COUNT_BATCH = 500
 
 
 def window_bounds(timestamp: float, size: float) -> tuple[float, float]:
@@ -147,9 +149,34 @@ def register(runtime: GuardrailApp) -> None:
     # Writes tables, so concurrency stays 1 (faust-streaming caveat).
     @app.agent(topic, name="guardrail.windows", concurrency=1)
     async def count(stream: Any) -> None:
-        async for event in stream.events():
-            try:
-                counter.apply(orjson.loads(event.message.value), event.message.timestamp)
-            except Exception:  # a malformed event must not stop counting
-                log.exception("could not count judgment event at offset %s",
-                              event.message.offset)
+        async for events in stream.noack_take(COUNT_BATCH, within=0.05):
+            for event in events:
+                # Window tables take the time and changelog partition from the
+                # current event, which buffered events must set themselves.
+                stream._set_current_event(event)
+                try:
+                    counter.apply(orjson.loads(event.message.value), event.message.timestamp)
+                except Exception:  # a malformed event must not stop counting
+                    log.exception("could not count judgment event at offset %s",
+                                  event.message.offset)
+            stream._set_current_event(None)
+            # The changelog must be durable before these offsets may commit: Faust
+            # commits on stop/rebalance before it flushes its producer buffer,
+            # which would lose counts the next owner never recovers.
+            await _flush(app)
+            for event in events:
+                await stream.ack(event)
+
+
+async def _flush(app: Any) -> None:
+    delay = 0.5
+    while True:
+        try:
+            await app.producer.flush()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("flushing window changelog failed (%s); retrying in %.1fs", exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
