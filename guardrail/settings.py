@@ -96,6 +96,9 @@ class Settings(BaseModel):
     #: On a judge outage: "pause" (back off, retry the batch) or "record" (errors).
     outage_policy: Literal["pause", "record"] = "pause"
     outage_max_backoff: float = Field(default=60.0, gt=0)
+    #: A stop taking longer (e.g. the broker vanished) ends the process; nothing
+    #: unfinished was acked, so its messages are redelivered.
+    stop_deadline_seconds: float = Field(default=45.0, gt=0)
     web_port: int = 6066
     web_host: str = "127.0.0.1"
     # --- windows and alerts ----------------------------------------------

@@ -171,3 +171,26 @@ def test_worker_refuses_topics_with_other_partition_counts(stream_env):
     assert proc.returncode == 2
     assert f"'{stream_env.topic('input')}' has 3 partitions, needs 2" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_worker_stops_within_its_deadline_even_when_the_broker_is_gone(tmp_path, thread_judge):
+    import signal
+    import subprocess
+
+    from guardrail.kafka.broker import EmbeddedBroker
+
+    broker = EmbeddedBroker(log_path=tmp_path / "tansu.log").start()
+    env = StreamEnv(broker.bootstrap, thread_judge.api_base, tmp_path, stop_deadline_seconds=3)
+    try:
+        assert env.cli("produce", "--input", "/dev/null").returncode == 0
+        asyncio.run(produce(broker.bootstrap, env.topic("input"), [(b"k", _case(0, "hi"), None)]))
+        worker = env.start_worker()
+        asyncio.run(consume(broker.bootstrap, env.topic("results"), expect=1, timeout=60))
+    finally:
+        broker.stop()
+    worker.send_signal(signal.SIGTERM)
+    try:
+        worker.wait(30)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        raise AssertionError("worker still running 30 s after SIGTERM with the broker gone")

@@ -4,15 +4,42 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 
 from faust import Worker
 
 from ..kafka.topics import ensure_topics
 from .app import GuardrailApp
 
-__all__ = ["run_worker"]
+__all__ = ["run_worker", "GuardrailWorker"]
 
 log = logging.getLogger("guardrail.worker")
+
+class GuardrailWorker(Worker):
+    """Faust's worker with a deadline on shutdown: with the broker gone, Faust
+    would wait on it forever; past ``stop_deadline_seconds`` the process exits."""
+
+    stop_deadline: float = 45.0
+
+    def _on_sigterm(self) -> None:
+        self._arm_stop_deadline()
+        super()._on_sigterm()
+
+    def _on_sigint(self) -> None:
+        self._arm_stop_deadline()
+        super()._on_sigint()
+
+    def _arm_stop_deadline(self) -> None:
+        def expire() -> None:
+            log.error("shutdown exceeded %.0fs; exiting now (unfinished messages are "
+                      "redelivered)", self.stop_deadline)
+            logging.shutdown()
+            os._exit(1)
+
+        timer = threading.Timer(self.stop_deadline, expire)
+        timer.daemon = True
+        timer.start()
 
 
 def run_worker(runtime: GuardrailApp, *, loglevel: str = "info") -> None:
@@ -25,5 +52,6 @@ def run_worker(runtime: GuardrailApp, *, loglevel: str = "info") -> None:
     # A fresh loop: asyncio.run() above closed its own.
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    worker = Worker(runtime.app, loglevel=loglevel, loop=loop, redirect_stdouts=False)
+    worker = GuardrailWorker(runtime.app, loglevel=loglevel, loop=loop, redirect_stdouts=False)
+    worker.stop_deadline = settings.stop_deadline_seconds
     worker.execute_from_commandline()

@@ -151,6 +151,8 @@ def register(runtime: GuardrailApp) -> None:
     async def count(stream: Any) -> None:
         async for events in stream.noack_take(COUNT_BATCH, within=0.05):
             for event in events:
+                if _stale(app, event):
+                    continue  # acked below uncounted; the partition's owner refetches it
                 # Window tables take the time and changelog partition from the
                 # current event, which buffered events must set themselves.
                 stream._set_current_event(event)
@@ -166,6 +168,17 @@ def register(runtime: GuardrailApp) -> None:
             await _flush(app)
             for event in events:
                 await stream.ack(event)
+
+
+def _stale(app: Any, event: Any) -> bool:
+    """An event fetched in an earlier consumer generation must not touch the
+    table: after the new assignment its partition may be gone from this worker,
+    its table state purged, and a write would overwrite the real count in the
+    changelog with a smaller one. Like Faust's own streams, ack it unprocessed:
+    the assignment already seeked to the committed offset, so the partition's
+    owner refetches it. (During the revoke phase itself the generation is
+    unchanged and the table intact, so counting then is safe.)"""
+    return event.message.generation_id != app.consumer_generation_id
 
 
 async def _flush(app: Any) -> None:
