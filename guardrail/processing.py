@@ -109,13 +109,15 @@ class MessageJudge:
         delay = 1.0
         while True:
             verdicts = list(await asyncio.gather(*(self._judge(m) for m in messages)))
-            if self.settings.outage_policy != "pause" or not _all_unavailable(verdicts):
+            if (self.settings.outage_policy != "pause"
+                    or _unavailable_share(verdicts) < self.settings.outage_threshold):
                 self.telemetry.paused.set(0)
                 return verdicts
-            # The judge is down for everyone: publishing errors would burn through
-            # the topic. Hold the batch (unacked) and try again.
+            # The judge is down (for most of the batch): publishing errors would
+            # burn through the topic. Hold the batch (unacked) and try again;
+            # the cache keeps the judgments that did succeed.
             reason = next(m.error for v in verdicts for m in v.metrics if m.error)
-            log.warning("judge unavailable for a whole batch of %d; pausing %.0fs: %s",
+            log.warning("judge unavailable for a batch of %d; pausing %.0fs: %s",
                         len(messages), delay, reason)
             self.telemetry.paused.set(1)
             self.telemetry.outage_pauses.inc()
@@ -175,6 +177,6 @@ class MessageJudge:
         return events
 
 
-def _all_unavailable(verdicts: list[RedteamMetrics]) -> bool:
+def _unavailable_share(verdicts: list[RedteamMetrics]) -> float:
     results = [m for v in verdicts for m in v.metrics]
-    return bool(results) and all(m.unavailable for m in results)
+    return sum(m.unavailable for m in results) / len(results) if results else 0.0

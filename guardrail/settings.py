@@ -96,6 +96,9 @@ class Settings(BaseModel):
     #: On a judge outage: "pause" (back off, retry the batch) or "record" (errors).
     outage_policy: Literal["pause", "record"] = "pause"
     outage_max_backoff: float = Field(default=60.0, gt=0)
+    #: Share of a batch's judgments failing on the judge's side (unreachable,
+    #: 429/5xx, timeouts) from which the batch counts as an outage and waits.
+    outage_threshold: float = Field(default=0.5, gt=0, le=1)
     #: A stop taking longer (e.g. the broker vanished) ends the process; nothing
     #: unfinished was acked, so its messages are redelivered.
     stop_deadline_seconds: float = Field(default=45.0, gt=0)
