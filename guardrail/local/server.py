@@ -1,0 +1,167 @@
+"""Serve a GGUF model as an OpenAI-compatible judge on loopback, with ``xllamacpp``.
+
+``xllamacpp.Server`` runs llama.cpp's own HTTP server in background threads
+(``/v1/chat/completions``, ``response_format`` json_schema enforced by a
+grammar), so the judging core reaches it through litellm like any provider::
+
+    guardrail judge serve                        # default model, free port
+    guardrail judge serve --model-path my.gguf --port 8090
+    # first stdout line: http://127.0.0.1:8090/v1 — then point guardrail at it:
+    export GUARDRAIL_JUDGE_MODEL=openai/local-judge GUARDRAIL_JUDGE_API_KEY=local \\
+           GUARDRAIL_JUDGE_API_BASE=http://127.0.0.1:8090/v1
+
+From Python (tests, ``guardrail demo``)::
+
+    with LocalJudgeServer(model_path, port=0) as server:
+        print(server.api_base)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..errors import ConfigError
+from ..kafka.broker import free_port
+from .model import INSTALL_HINT
+
+__all__ = ["LocalJudgeServer", "ServerOptions", "serve", "LOCAL_JUDGE_MODEL", "judge_settings"]
+
+#: The litellm model string for the local server (llama.cpp ignores the name).
+LOCAL_JUDGE_MODEL = "openai/local-judge"
+
+
+def judge_settings(api_base: str) -> dict[str, Any]:
+    """Settings that point the judging core at a local server: free, slow, two slots."""
+    return {"judge_model": LOCAL_JUDGE_MODEL, "judge_api_base": api_base,
+            "judge_api_key": "local",  # the OpenAI client insists on some key
+            "judge_input_cost_per_token": 0.0, "judge_output_cost_per_token": 0.0,
+            "judge_timeout": 180.0, "judge_max_retries": 1, "judge_concurrency": 2}
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """llama.cpp knobs that matter on a small CPU box."""
+
+    #: Two slots: one per default metric keeps each rubric's prefix in its own KV
+    #: cache, so only the judged text and answer instructions are re-read.
+    parallel: int = 2
+    #: Shared by the slots; a judge call is < 1,000 prompt + 400 answer tokens.
+    context: int = 4096
+    threads: int | None = None
+    #: llama.cpp log level (0 errors only … 4 debug); logs go to stderr.
+    verbosity: int = 1
+
+
+def _import_xllamacpp() -> Any:
+    try:
+        import xllamacpp
+    except ImportError:
+        raise ConfigError(f"the local judge needs the xllamacpp package: {INSTALL_HINT}"
+                          ) from None
+    return xllamacpp
+
+
+def _params(xlc: Any, model_path: Path, host: str, port: int, options: ServerOptions) -> Any:
+    params = xlc.CommonParams()
+    params.model.path = str(model_path)
+    params.hostnames = [host]
+    params.port = port
+    params.n_ctx = options.context
+    params.n_parallel = options.parallel
+    threads = options.threads or max(1, os.cpu_count() or 1)
+    params.cpuparams.n_threads = threads
+    params.cpuparams_batch.n_threads = threads
+    params.verbosity = options.verbosity
+    params.ui = False            # an API for the judge, not a chat page
+    params.endpoint_slots = False
+    # A slot is reused for a prompt only when they share most of their prefix,
+    # so bias and toxicity prompts settle in different slots (the default 0.1
+    # lets the shared system prompt pull both metrics into one slot).
+    params.slot_prompt_similarity = 0.5
+    return params
+
+
+class LocalJudgeServer:
+    """One in-process llama.cpp server; ``start`` blocks until the model is loaded."""
+
+    def __init__(self, model_path: Path | str, *, host: str = "127.0.0.1", port: int = 0,
+                 options: ServerOptions | None = None) -> None:
+        self.model_path = Path(model_path)
+        self.host = host
+        self.port = port or free_port()
+        self.options = options or ServerOptions()
+        self._server: Any = None
+
+    @property
+    def api_base(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> LocalJudgeServer:
+        if not self.model_path.is_file():
+            raise ConfigError(f"model file {self.model_path} does not exist")
+        xlc = _import_xllamacpp()
+        try:
+            self._server = xlc.Server(_params(xlc, self.model_path, self.host, self.port,
+                                              self.options))
+        except Exception as exc:  # xllamacpp raises plain RuntimeErrors for load failures
+            raise ConfigError(f"llama.cpp could not serve {self.model_path}: {exc}") from None
+        return self
+
+    def stop(self) -> None:
+        # Dropping the last reference runs ~Server, which joins llama.cpp's threads.
+        self._server = None
+
+    def __enter__(self) -> LocalJudgeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _resolve_model(model_path: Path | None, out: TextIO) -> Path:
+    if model_path is not None:
+        return model_path
+    from .model import ensure_default_model
+
+    state = {"shown": -1}
+
+    def progress(done: int, total: int) -> None:
+        percent = done * 100 // max(total, 1)
+        if percent // 10 != state["shown"]:
+            state["shown"] = percent // 10
+            print(f"preparing the default model: {percent}%", file=out, flush=True)
+
+    return ensure_default_model(progress=progress)
+
+
+def serve(model_path: Path | None = None, *, host: str = "127.0.0.1", port: int = 0,
+          options: ServerOptions | None = None, out: TextIO = sys.stdout,
+          log: TextIO = sys.stderr) -> None:
+    """Serve until SIGTERM/SIGINT. The first line on ``out`` is the api_base."""
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        raise ConfigError("the local judge listens on loopback only (it has no API key)")
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        path = _resolve_model(model_path, log)
+        print(f"loading {path.name} …", file=log, flush=True)
+        server = LocalJudgeServer(path, host=host, port=port, options=options).start()
+        print(server.api_base, file=out, flush=True)  # parents read this line
+        print(f"local judge ready. Use it with:\n  export GUARDRAIL_JUDGE_MODEL="
+              f"{LOCAL_JUDGE_MODEL} GUARDRAIL_JUDGE_API_KEY=local "
+              f"GUARDRAIL_JUDGE_API_BASE={server.api_base}\n(Ctrl-C or SIGTERM stops it)",
+              file=log, flush=True)
+        while not stop.wait(0.5):
+            pass
+        server.stop()
+        print("local judge stopped", file=log, flush=True)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
