@@ -34,6 +34,9 @@ else:
     _STREAM_IMPORT_ERROR = None
     _register_stream(cli)
 
+from .local import register as _register_local
+_register_local(cli)
+
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console scripts; user errors exit 2 with one clear line."""
