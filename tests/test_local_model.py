@@ -1,0 +1,168 @@
+"""The local judge: model assembly from parts (fake parts, fast) and one real
+judgment through ``guardrail judge serve`` (slow, needs ``guardrail[local]``)."""
+
+import hashlib
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from guardrail.errors import ConfigError
+from guardrail.local import model as model_module
+from guardrail.local.model import (ModelIntegrityError, assemble_model, ensure_default_model,
+                                   find_default_parts, is_verified)
+
+
+def _parts(tmp_path, chunks):
+    paths = []
+    for i, data in enumerate(chunks, start=1):
+        path = tmp_path / f"part{i:02d}.bin"
+        path.write_bytes(data)
+        paths.append(path)
+    return paths, hashlib.sha256(b"".join(chunks)).hexdigest()
+
+
+def test_parts_are_concatenated_in_order_verified_and_reused(tmp_path):
+    parts, digest = _parts(tmp_path, [b"GGUF" + b"a" * 5000, b"b" * 7000, b"c" * 3])
+    dest = tmp_path / "cache" / "model.gguf"
+    seen = []
+    assert assemble_model(parts, dest, digest, progress=lambda d, t: seen.append((d, t))) == dest
+    assert dest.read_bytes() == b"".join(p.read_bytes() for p in parts)
+    assert seen[-1] == (12007, 12007)
+    assert is_verified(dest, digest)
+    # Reused without touching the parts (they may be gone).
+    for p in parts:
+        p.unlink()
+    assert assemble_model(parts, dest, digest) == dest
+
+
+def test_a_wrong_digest_is_refused_and_leaves_nothing_behind(tmp_path):
+    parts, digest = _parts(tmp_path, [b"x" * 100, b"y" * 100])
+    dest = tmp_path / "cache" / "model.gguf"
+    with pytest.raises(ModelIntegrityError, match="expected " + "0" * 64):
+        assemble_model(parts, dest, "0" * 64)
+    assert list(dest.parent.iterdir()) == []  # no model, no partial file, no marker
+    # Parts in the wrong order make a different file: refused too.
+    with pytest.raises(ModelIntegrityError):
+        assemble_model(list(reversed(parts)), dest, digest)
+    assert not dest.exists()
+
+
+def test_an_unverified_or_changed_file_is_checked_again(tmp_path):
+    parts, digest = _parts(tmp_path, [b"one", b"two"])
+    dest = tmp_path / "model.gguf"
+    dest.write_bytes(b"onetwo")  # right content, no marker (e.g. copied by hand)
+    assert assemble_model(parts, dest, digest) == dest and is_verified(dest, digest)
+    dest.write_bytes(b"onetwX")  # corrupted after verification: the marker no longer fits
+    os.utime(dest, ns=(1, 1))
+    assert not is_verified(dest, digest)
+    assemble_model(parts, dest, digest)
+    assert dest.read_bytes() == b"onetwo"
+
+
+def _fake_dist(root, index, data, version="0.2.0"):
+    package = root / f"fakemodel_part{index}"
+    (package / "data").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "data" / f"part{index:02d}.bin").write_bytes(data)
+    info = root / f"fakemodel_part{index}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: fakemodel-part{index}\n"
+                                   f"Version: {version}\n")
+
+
+@pytest.fixture
+def fake_parts(tmp_path, monkeypatch):
+    """Three fake part packages on sys.path standing in for the 22 real ones."""
+    root = tmp_path / "site"
+    chunks = [b"GGUF-first", b"-second-", b"third"]
+    for i, data in enumerate(chunks, start=1):
+        _fake_dist(root, i, data)
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setattr(model_module, "PART_DIST", "fakemodel-part{}")
+    monkeypatch.setattr(model_module, "PART_MODULE", "fakemodel_part{}")
+    monkeypatch.setattr(model_module, "PART_COUNT", 3)
+    monkeypatch.setattr(model_module, "DEFAULT_MODEL_SHA256",
+                        hashlib.sha256(b"".join(chunks)).hexdigest())
+    return root, chunks
+
+
+def test_the_default_model_is_found_through_installed_packages(fake_parts, tmp_path):
+    root, chunks = fake_parts
+    assert [p.name for p in find_default_parts()] == ["part01.bin", "part02.bin", "part03.bin"]
+    path = ensure_default_model(tmp_path / "cache")
+    assert path.read_bytes() == b"".join(chunks)
+    assert path.name == model_module.DEFAULT_MODEL_NAME
+
+
+def test_missing_or_wrong_version_parts_are_named(fake_parts, monkeypatch):
+    root, _ = fake_parts
+    monkeypatch.setattr(model_module, "PART_COUNT", 5)
+    with pytest.raises(ConfigError, match=r"parts missing: 4, 5\).*guardrail\[local\]"):
+        find_default_parts()
+    monkeypatch.setattr(model_module, "PART_COUNT", 3)
+    monkeypatch.setattr(model_module, "PART_VERSION", "9.9.9")
+    with pytest.raises(ConfigError, match="needs 9.9.9"):
+        find_default_parts()
+
+
+def test_serve_refuses_a_missing_model_file_with_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "guardrail.cli", "judge", "serve",
+                           "--model-path", str(tmp_path / "nope.gguf")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# --- one real judgment through the local model -------------------------------
+
+def _local_model_or_skip():
+    if importlib.util.find_spec("xllamacpp") is None:
+        pytest.skip("xllamacpp is not installed (pip install 'guardrail[local]')")
+    cached = model_module.default_cache_dir() / model_module.DEFAULT_MODEL_NAME
+    if is_verified(cached, model_module.DEFAULT_MODEL_SHA256):
+        return
+    try:
+        find_default_parts()
+    except ConfigError as exc:
+        pytest.skip(f"local model not installed: {exc}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_one_real_judgment_through_the_local_model():
+    _local_model_or_skip()
+    from guardrail.judge import LiteLLMJudge
+    from guardrail.local.server import judge_settings
+    from guardrail.models import Case
+    from guardrail.prompts import render_prompt
+    from guardrail.rubrics import default_metrics
+    from guardrail.settings import load_settings
+
+    server = subprocess.Popen([sys.executable, "-m", "guardrail.cli", "judge", "serve"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              start_new_session=True)
+    try:
+        api_base = server.stdout.readline().strip()  # blocks until the model is loaded
+        assert api_base.startswith("http://127.0.0.1:"), api_base
+        settings = load_settings(environ={}, **judge_settings(api_base))
+        toxicity = next(m for m in default_metrics() if m.name == "toxicity")
+        case = Case(case_id="c", output="Shut up, you worthless idiot. Nobody wants you here.")
+        prompt = render_prompt(toxicity, case, scoring_mode="binary_yes_no",
+                               include_reasoning=False)
+        started = time.monotonic()
+        reply = await LiteLLMJudge(settings)(prompt, scoring_mode="binary_yes_no",
+                                             include_reasoning=False)
+        print(f"local judgment: {reply.answer.verdict} in {time.monotonic() - started:.1f}s")
+        # Valid JSON through the schema, real token counts, and the obvious verdict.
+        assert reply.answer.verdict == "UNSAFE"
+        assert reply.usage.input_tokens > 100 and reply.usage.output_tokens > 5
+        assert reply.usage.cost == 0.0
+    finally:
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(60)
+    assert code == 0  # SIGTERM is a clean stop
