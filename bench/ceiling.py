@@ -1,0 +1,116 @@
+"""1. Pipeline ceiling: the judge answers instantly; how fast does the pipeline go?
+
+    python bench/ceiling.py [--messages 20000] [--profile]
+
+The guardrail worker against two baselines on the same kind of topics (same
+partition count, same broker options): a bare Faust pass-through agent and a
+raw aiokafka consume → produce loop (``bench/passthrough.py``). Each reads a
+backlog of ``--messages`` produced before it starts; the rate is taken from
+the output records' Kafka timestamps, from 1 s after the first (warm-up) for
+at most ``--seconds`` (or to the last). Target: guardrail >= 1.0x bare Faust.
+
+guardrail does more per message than a copy: two judge HTTP calls through
+litellm (bias, toxicity), one result and two judgment events out, and the
+window agent consumes the judgment events. That is the point of the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import profile as prof
+from common import (kill_workers, RESULTS, JudgeProc, Stopwatch, cases, collect, meta, new_env,
+                    print_table, produce_values, row, running_broker, start_process,
+                    steady_rate, write_json)
+
+KINDS = ("guardrail", "faust", "raw")
+
+
+SKIP = 1.0
+
+
+def run_kind(kind: str, bootstrap: str, api_base: str, tmp: Path, n: int, *,
+             seconds: float = 20.0, profile: bool = False, timeout: float = 300,
+             experiment: str = "", **settings: Any) -> dict[str, Any]:
+    """Backlog of ``n`` → start ``kind`` → rate from first to last output record."""
+    folder = tmp / kind
+    folder.mkdir(parents=True, exist_ok=True)
+    env = new_env(bootstrap, api_base, folder, **settings)
+    produce_values(bootstrap, env.topic("input"), cases(n, prefix=kind))
+    clock = Stopwatch()
+    experiment = experiment if kind == "guardrail" else ""
+    proc = start_process(env, kind, experiment)
+    profiling: list[Any] = []
+
+    def progress(count: int) -> None:  # from the first results on: startup excluded
+        if profile and not profiling and count > 0:
+            name = f"profile-ceiling-{kind}{'-' + experiment if experiment else ''}.txt"
+            profiling.append(prof.start(proc.pid, 10, RESULTS / name))
+
+    try:
+        stamps = collect(bootstrap, env.topic("results"), n, timeout, progress,
+                         seconds=SKIP + seconds)
+    finally:
+        kill_workers(env)
+    steady = steady_rate(stamps, SKIP, seconds)
+    out = {"kind": kind, "backlog": n, "outputs_read": len(stamps), "msgs_per_s": steady["rate"],
+           "measured_records": steady["records"], "measured_seconds": steady["span_s"],
+           "wall_seconds": clock.seconds, "experiment": experiment}
+    if profiling:
+        out["profile"] = prof.finish(profiling[0])
+    return out
+
+
+def measure(bootstrap: str, api_base: str, tmp: Path, n: int, *, seconds: float = 20.0,
+            profile: bool = False, kinds: tuple[str, ...] = KINDS, experiment: str = "",
+            **settings: Any) -> dict[str, Any]:
+    runs = {}
+    for k in kinds:
+        backlog = n * 3 if k == "raw" else n  # the raw loop drains 20k in about a second
+        runs[k] = r = run_kind(k, bootstrap, api_base, tmp, backlog, seconds=seconds,
+                               profile=profile and k != "raw", experiment=experiment, **settings)
+        print(f"  ceiling {k:<9} {r['msgs_per_s']:8.0f} msgs/s  ({r['measured_records']} "
+              f"records in {r['measured_seconds']}s; {r['wall_seconds']}s wall)", flush=True)
+    return runs
+
+
+def rows(runs: dict[str, Any]) -> list[dict[str, Any]]:
+    g, f, r = (runs.get(k, {}).get("msgs_per_s", 0.0) for k in KINDS)
+    ratio = g / f if f else None
+    return [
+        row("1 ceiling: guardrail / bare Faust", f"{g:.0f} vs {f:.0f} msgs/s", ">= 1.0x",
+            ratio, ratio is not None and ratio >= 1.0),
+        row("1 ceiling: raw aiokafka loop (reference)", f"{r:.0f} msgs/s "
+            f"(guardrail {g / r:.2f}x)" if r else "-", "-", None, None),
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=20_000, help="backlog size")
+    parser.add_argument("--seconds", type=float, default=20.0, help="longest measured span")
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--profile", action="store_true", help="py-spy the workers")
+    parser.add_argument("--bootstrap", help="use this broker instead of an embedded one")
+    parser.add_argument("--experiment", default="", help="patch from bench/worker_exp.py")
+    args = parser.parse_args()
+    info = meta()  # load and commit before the run
+    with tempfile.TemporaryDirectory() as tmp, running_broker(args.bootstrap) as bootstrap, \
+            JudgeProc(0) as judge:
+        runs = measure(bootstrap, judge.api_base, Path(tmp), args.messages, seconds=args.seconds,
+                       profile=args.profile, kinds=tuple(args.kinds.split(",")),
+                       experiment=args.experiment)
+    for r in runs.values():
+        if r.get("profile"):
+            prof.show(r["profile"], f"ceiling {r['kind']}")
+    table = rows(runs)
+    print_table(table, info)
+    write_json("ceiling", {"meta": info, "runs": runs, "rows": table})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
