@@ -64,6 +64,8 @@ def faust_options(settings: Settings) -> dict[str, object]:
         datadir=str(datadir),
         table_cleanup_interval=30.0,
         producer_acks=-1,
+        # A few ms of batching: results and judgment events of a batch share requests.
+        producer_linger=0.005,
     )
     if settings.security_protocol != "PLAINTEXT":
         options["broker_credentials"] = _credentials(settings)
