@@ -164,8 +164,8 @@ class Demo:
         self.echo(f"[{time.monotonic() - self.started:6.1f}s] {text}")
 
     def _start_services(self) -> Settings:
+        judge = self._start_judge()  # first: the likeliest to fail (model not installed)
         broker = self._start_broker()
-        judge = self._start_judge()
         # Validated (not model_copy) so the overrides are parsed like any setting.
         settings = Settings.model_validate({**dict(self.settings), **{
             **judge, "bootstrap_servers": broker, "app_id": f"guardrail-demo-{uuid.uuid4().hex[:8]}",
@@ -214,8 +214,9 @@ class Demo:
 
     def _start_local_judge(self) -> dict[str, Any]:
         from .local.model import ensure_default_model
-        from .local.server import judge_settings
+        from .local.server import judge_settings, require_runtime
 
+        require_runtime()  # fail here with the install hint, not in a child's log
         path = self.options.model_path
         if path is None:
             self._say("judge: the local model (Qwen2.5-Coder-1.5B-Instruct Q4_K_M) — checking it")
@@ -258,9 +259,11 @@ class Demo:
                                   "returncode": c.process.returncode} for c in self.children],
                    **(stream.summary() if stream is not None else {})}
         (self.out / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
-        if stream is not None:
-            stream.write_records(self.out)
-            self._print_table(summary)
+        if stream is None:
+            self.echo(f"summary and logs: {self.out}/")
+            return
+        stream.write_records(self.out)
+        self._print_table(summary)
         self.echo(f"output: {self.out}/ (results.jsonl, alerts.jsonl, summary.json, logs)")
 
     def _print_table(self, summary: dict[str, Any]) -> None:

@@ -30,7 +30,8 @@ from ..errors import ConfigError
 from ..kafka.broker import free_port
 from .model import INSTALL_HINT
 
-__all__ = ["LocalJudgeServer", "ServerOptions", "serve", "LOCAL_JUDGE_MODEL", "judge_settings"]
+__all__ = ["LocalJudgeServer", "ServerOptions", "serve", "LOCAL_JUDGE_MODEL", "judge_settings",
+           "require_runtime"]
 
 #: The litellm model string for the local server (llama.cpp ignores the name).
 LOCAL_JUDGE_MODEL = "openai/local-judge"
@@ -58,7 +59,8 @@ class ServerOptions:
     verbosity: int = 1
 
 
-def _import_xllamacpp() -> Any:
+def require_runtime() -> Any:
+    """The ``xllamacpp`` module, or a one-line error saying how to install it."""
     try:
         import xllamacpp
     except ImportError:
@@ -105,7 +107,7 @@ class LocalJudgeServer:
     def start(self) -> LocalJudgeServer:
         if not self.model_path.is_file():
             raise ConfigError(f"model file {self.model_path} does not exist")
-        xlc = _import_xllamacpp()
+        xlc = require_runtime()
         try:
             self._server = xlc.Server(_params(xlc, self.model_path, self.host, self.port,
                                               self.options))
