@@ -118,13 +118,16 @@ async def run_batch(
 
     tasks = [asyncio.create_task(judge_one(i, c)) for i, (_, c) in enumerate(cases, 1)]
     done: dict[int, tuple[Case, RedteamMetrics]] = {}
-    for finished, task in enumerate(asyncio.as_completed(tasks), 1):
-        index, case, metrics = await task
-        done[index] = (case, metrics)
-        if progress:
-            bar = "#" * (30 * finished // len(tasks))
-            print(f"\r[{bar:<30}] {finished}/{len(tasks)} cases", end="", file=sys.stderr,
-                  flush=True)
+    try:
+        for finished, task in enumerate(asyncio.as_completed(tasks), 1):
+            index, case, metrics = await task
+            done[index] = (case, metrics)
+            if progress:
+                bar = "#" * (30 * finished // len(tasks))
+                print(f"\r[{bar:<30}] {finished}/{len(tasks)} cases", end="", file=sys.stderr,
+                      flush=True)
+    finally:
+        await evaluator.aclose()
     if progress and tasks:
         print(file=sys.stderr)
     for index in sorted(done):  # file names follow input order, so reruns match

@@ -229,7 +229,10 @@ async def calibrate(cases: Sequence[LabelledCase], *, settings: Settings,
             progress(outcome)
         return outcome
 
-    outcomes = await asyncio.gather(*(one(i, c) for i, c in enumerate(cases, start=1)))
+    try:
+        outcomes = await asyncio.gather(*(one(i, c) for i, c in enumerate(cases, start=1)))
+    finally:
+        await evaluator.aclose()
     reports: dict[str, MetricReport] = {}
     for outcome in outcomes:
         reports.setdefault(outcome.case.metric, MetricReport(outcome.case.metric)

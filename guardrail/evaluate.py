@@ -110,6 +110,12 @@ class Evaluator:
             base = merge_metrics(default_metrics(), base)
         self.base_metrics = merge_metrics(base, settings.redteam.metrics)
 
+    async def aclose(self) -> None:
+        """Release the judge's connections (a closed judge reconnects if used again)."""
+        close = getattr(self.judge, "aclose", None)
+        if close is not None:
+            await close()
+
     def effective_config(self, case: Case) -> EffectiveConfig:
         """Case knobs win over deployment knobs; case metrics override by name or append."""
         deployment, own = self.settings.redteam, case.redteam

@@ -9,7 +9,9 @@ reaches every provider litellm knows (``openai/...``, ``anthropic/...``,
     reply.answer.verdict   # "SAFE" | "UNSAFE"
 
 Calls share one concurrency limit, have a timeout, and retry 429/5xx/timeouts
-with backoff. A garbled answer gets one repair retry; anything still invalid
+with backoff. A self-hosted OpenAI-compatible judge (``openai/`` or
+``hosted_vllm/`` with ``judge_api_base``) is called over plain HTTP instead of
+through litellm (``judge_transport``; see :mod:`guardrail.judge_http`). A garbled answer gets one repair retry; anything still invalid
 raises :class:`JudgeAnswerError` — the caller records it as the metric's
 error, never as SAFE.
 """
@@ -21,8 +23,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import aiohttp
+
 from ._litellm import litellm, price_tokens
 from .errors import JudgeAnswerError, JudgeError, JudgeUnavailable
+from .judge_http import OpenAICompatibleClient, uses_direct_http
 from .models import ScoringMode
 from .parsing import BinaryAnswer, parse_answer, response_schema
 from .prompts import JudgePrompt
@@ -35,6 +40,9 @@ _REPAIR = (
     "object, exactly the keys asked for, no other text."
 )
 _TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
+#: A wrong key, model or endpoint fails every call alike: an outage of the
+#: judge, not a property of the message.
+_OUTAGE_STATUS = {401, 403, 404}
 
 
 @dataclass
@@ -72,13 +80,29 @@ def _status_of(exc: BaseException) -> int | None:
 
 
 class LiteLLMJudge:
-    """A :class:`Judge` that calls ``litellm.acompletion``."""
+    """A :class:`Judge` that calls ``litellm.acompletion`` (or, for a self-hosted
+    OpenAI-compatible server, posts the same request itself)."""
 
     def __init__(self, settings: Settings) -> None:
         self.model = settings.judge_model
         self._settings = settings
         self._limit = asyncio.Semaphore(settings.judge_concurrency)
         self._secret = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
+        self._http: OpenAICompatibleClient | None = None
+        if uses_direct_http(settings.judge_transport, settings.judge_model,
+                            settings.judge_api_base):
+            self._http = OpenAICompatibleClient(str(settings.judge_api_base),
+                                                api_key=self._secret)
+
+    @property
+    def transport(self) -> str:
+        """``"http"`` (direct) or ``"litellm"``."""
+        return "http" if self._http is not None else "litellm"
+
+    async def aclose(self) -> None:
+        """Release the HTTP connection pool, if any (idempotent)."""
+        if self._http is not None:
+            await self._http.aclose()
 
     async def __call__(self, prompt: JudgePrompt, *, scoring_mode: ScoringMode,
                        include_reasoning: bool) -> JudgeReply:
@@ -137,40 +161,57 @@ class LiteLLMJudge:
 
     async def _call_once(self, messages: list[dict[str, str]], fmt: dict[str, Any],
                          usage: Usage) -> str:
+        timeout = self._settings.judge_timeout + 1.0
         async with self._limit:
-            response = await asyncio.wait_for(
-                litellm().acompletion(**self._request(messages, fmt)),
-                timeout=self._settings.judge_timeout + 1.0,
-            )
-        tokens = getattr(response, "usage", None)
-        prompt_tokens = int(getattr(tokens, "prompt_tokens", 0) or 0)
-        completion_tokens = int(getattr(tokens, "completion_tokens", 0) or 0)
+            if self._http is not None:
+                data = await asyncio.wait_for(self._http.complete(
+                    self._http_body(messages, fmt), timeout=self._settings.judge_timeout),
+                    timeout=timeout)
+                prompt_tokens, completion_tokens, content = _openai_fields(data)
+            else:
+                response = await asyncio.wait_for(
+                    litellm().acompletion(**self._request(messages, fmt)), timeout=timeout)
+                prompt_tokens, completion_tokens, content = _litellm_fields(response)
         s = self._settings
         usage.add(prompt_tokens, completion_tokens, price_tokens(
             s.judge_model, prompt_tokens, completion_tokens,
             input_cost_per_token=s.judge_input_cost_per_token,
             output_cost_per_token=s.judge_output_cost_per_token))
-        try:
-            content = response.choices[0].message.content
-        except (AttributeError, IndexError):
-            content = None
         if not isinstance(content, str) or not content.strip():
             raise _with_usage(JudgeAnswerError("judge returned an empty answer"), usage)
         return content
 
+    def _http_body(self, messages: list[dict[str, str]], fmt: dict[str, Any]) -> dict[str, Any]:
+        s = self._settings
+        body: dict[str, Any] = {
+            # The provider prefix is litellm's routing, not the server's model name.
+            "model": s.judge_model.split("/", 1)[1], "messages": messages,
+            "temperature": s.judge_temperature, "max_tokens": s.judge_max_tokens,
+        }
+        if s.judge_structured_output:
+            body["response_format"] = fmt
+        return body
+
     def _is_transient(self, exc: BaseException) -> bool:
+        if isinstance(exc, (asyncio.TimeoutError, aiohttp.ClientConnectionError,
+                            aiohttp.ClientPayloadError)):
+            return True
+        if self._http is not None:
+            return _status_of(exc) in _TRANSIENT_STATUS
         lm = litellm()
-        if isinstance(exc, (asyncio.TimeoutError, lm.Timeout, lm.RateLimitError,
+        if isinstance(exc, (lm.Timeout, lm.RateLimitError,
                             lm.APIConnectionError, lm.ServiceUnavailableError,
                             lm.InternalServerError, lm.BadGatewayError)):
             return True
         return _status_of(exc) in _TRANSIENT_STATUS
 
     def _classify(self, exc: BaseException) -> JudgeError:
-        lm = litellm()
-        # A wrong key, model or endpoint fails every call alike: that is an
-        # outage of the judge, not a property of this message.
-        if isinstance(exc, (lm.AuthenticationError, lm.PermissionDeniedError, lm.NotFoundError)):
+        outage = _status_of(exc) in _OUTAGE_STATUS
+        if self._http is None:
+            lm = litellm()
+            outage = outage or isinstance(exc, (lm.AuthenticationError, lm.PermissionDeniedError,
+                                                lm.NotFoundError))
+        if outage:
             return JudgeUnavailable(f"judge rejected the request: {self._describe(exc)}")
         return JudgeError(f"judge call failed: {self._describe(exc)}")
 
@@ -190,3 +231,30 @@ class LiteLLMJudge:
 def _with_usage(exc: JudgeError, usage: Usage) -> JudgeError:
     exc.usage = usage  # type: ignore[attr-defined]
     return exc
+
+
+def _litellm_fields(response: Any) -> tuple[int, int, Any]:
+    """(prompt tokens, completion tokens, content) of a litellm ModelResponse."""
+    tokens = getattr(response, "usage", None)
+    try:
+        content = response.choices[0].message.content
+    except (AttributeError, IndexError):
+        content = None
+    return (int(getattr(tokens, "prompt_tokens", 0) or 0),
+            int(getattr(tokens, "completion_tokens", 0) or 0), content)
+
+
+def _openai_fields(data: dict[str, Any]) -> tuple[int, int, Any]:
+    """(prompt tokens, completion tokens, content) of an OpenAI JSON response."""
+    tokens = data.get("usage")
+    tokens = tokens if isinstance(tokens, dict) else {}
+    try:
+        content = data["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        content = None
+    return (_as_int(tokens.get("prompt_tokens")), _as_int(tokens.get("completion_tokens")),
+            content)
+
+
+def _as_int(value: Any) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0

@@ -131,6 +131,7 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
     finally:
         await consumer.stop()
         await producer.stop()
+        await evaluator.aclose()
         cache.close()
 
 

@@ -65,6 +65,10 @@ class Settings(BaseModel):
     judge_max_tokens: int = Field(default=400, ge=16)
     judge_temperature: float = 0.0
     judge_structured_output: bool = True
+    #: ``auto``: plain HTTP for a self-hosted OpenAI-compatible judge
+    #: (``openai/`` or ``hosted_vllm/`` model with ``judge_api_base``), litellm
+    #: otherwise; ``litellm`` or ``http`` to force one.
+    judge_transport: Literal["auto", "litellm", "http"] = "auto"
     #: Prices per token when the cost map does not know the judge model.
     judge_input_cost_per_token: float | None = None
     judge_output_cost_per_token: float | None = None
@@ -93,6 +97,9 @@ class Settings(BaseModel):
     batch_size: int = Field(default=64, ge=1)
     batch_within: float = Field(default=0.05, gt=0)
     max_message_bytes: int = Field(default=1_000_000, ge=1024)
+    #: Longest a consumer fetch waits for data (Faust fixes 1500 ms; a broker
+    #: that holds fetches for the full wait then adds it to every latency).
+    consumer_fetch_wait_ms: int = Field(default=100, ge=1, le=30_000)
     #: On a judge outage: "pause" (back off, retry the batch) or "record" (errors).
     outage_policy: Literal["pause", "record"] = "pause"
     outage_max_backoff: float = Field(default=60.0, gt=0)

@@ -1,13 +1,39 @@
-"""The litellm judge against a real OpenAI-compatible HTTP server on loopback."""
+"""The judge against a real OpenAI-compatible HTTP server on loopback, through
+both transports: litellm and the direct HTTP client. Every guarantee holds
+for either."""
 
 import pytest
 
-from guardrail.errors import JudgeAnswerError, JudgeError, JudgeUnavailable
+from guardrail.errors import ConfigError, JudgeAnswerError, JudgeError, JudgeUnavailable
 from guardrail.judge import LiteLLMJudge
 from guardrail.models import Case
 from guardrail.prompts import render_prompt
 from guardrail.rubrics import default_metrics
 from guardrail.testing.judge_server import ContentReply, ErrorReply, hang, make_verdict
+
+
+
+@pytest.fixture(params=["litellm", "http"])
+def make_settings(request, make_settings):
+    """The conftest factory, with each judge transport in turn."""
+    return lambda **overrides: make_settings(**{"judge_transport": request.param, **overrides})
+
+
+@pytest.fixture(autouse=True)
+async def close_judges(monkeypatch):
+    """Close every judge's connection pool after the test, as the worker does."""
+    made = []
+    original = LiteLLMJudge.__init__
+
+    def record(self, settings):
+        original(self, settings)
+        made.append(self)
+
+    monkeypatch.setattr(LiteLLMJudge, "__init__", record)
+    yield
+    for judge in made:
+        await judge.aclose()
+
 
 TOXIC = Case(case_id="t", output="Listen, you idiot, read the manual.")
 
@@ -123,3 +149,36 @@ async def test_unknown_model_price_is_none_not_zero(judge_server, make_settings)
         _prompt(), scoring_mode="binary_yes_no", include_reasoning=False)
     u = priced.usage
     assert u.cost == pytest.approx(u.input_tokens * 1e-6 + u.output_tokens * 2e-6)
+
+
+async def test_auto_transport_posts_directly_only_to_a_self_hosted_compatible_server(
+        make_settings):
+    assert LiteLLMJudge(make_settings(judge_transport="auto")).transport == "http"
+    assert LiteLLMJudge(make_settings(judge_transport="auto", judge_model="openai/gpt-4o-mini",
+                                      judge_api_base=None)).transport == "litellm"
+    assert LiteLLMJudge(make_settings(judge_transport="auto",
+                                      judge_model="anthropic/claude-3-5-haiku-latest")
+                        ).transport == "litellm"
+    with pytest.raises(ConfigError, match="judge_transport=http needs"):
+        LiteLLMJudge(make_settings(judge_transport="http", judge_model="ollama/llama3"))
+
+
+async def test_the_request_body_names_the_model_without_the_provider_prefix(
+        judge_server, make_settings):
+    judge = LiteLLMJudge(make_settings(judge_model="hosted_vllm/qwen-judge"))
+    await judge(_prompt(), scoring_mode="binary_yes_no", include_reasoning=False)
+    sent = judge_server.requests[-1]
+    assert sent["model"] == "qwen-judge" and sent["temperature"] == 0
+    assert sent["response_format"]["type"] == "json_schema"
+
+
+async def test_an_unreachable_judge_is_an_outage_after_retries(make_settings):
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    judge = LiteLLMJudge(make_settings(judge_api_base=f"http://127.0.0.1:{port}/v1",
+                                       judge_max_retries=1))
+    with pytest.raises(JudgeUnavailable, match="after 2 attempts"):
+        await judge(_prompt(), scoring_mode="binary_yes_no", include_reasoning=False)

@@ -26,6 +26,7 @@ from ..kafka.clients import resolve_bootstrap, ssl_context
 from ..processing import MessageJudge
 from ..settings import Settings
 from ..telemetry import Telemetry
+from .transport import GuardrailFaustApp
 
 __all__ = ["GuardrailApp", "build_app", "faust_options"]
 
@@ -86,7 +87,8 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
     """Create the Faust app with its agents, tables and pages."""
     from . import judging, web, windows
 
-    app = faust.App(settings.app_id, **faust_options(settings))
+    app = GuardrailFaustApp(settings.app_id, fetch_wait_ms=settings.consumer_fetch_wait_ms,
+                            **faust_options(settings))
     telemetry = telemetry or Telemetry()
     # Bounded: the in-memory cache only has to bridge outage retries and redeliveries.
     cache = SqliteCache(settings.cache_path) if settings.cache_path else MemoryCache(20_000)

@@ -157,5 +157,6 @@ def register(runtime: GuardrailApp) -> None:
             # restart does not redeliver it; then drop the rest unacked.
             await acker.drain(SHUTDOWN_GRACE_SECONDS)
             acker.cancel()
+            await runtime.message_judge.evaluator.aclose()
 
     runtime.state["judge_agent"] = judge
