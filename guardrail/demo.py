@@ -15,6 +15,7 @@ and the logs of every process.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
@@ -114,6 +115,17 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+def _library_logs_to(path: Path) -> None:
+    """The demo's terminal shows curated lines; what its own Kafka clients log
+    (e.g. a connection torn down by Ctrl-C) goes to a file in the output folder."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    for name in ("aiokafka", "kafka", "asyncio"):
+        logger = logging.getLogger(name)
+        logger.handlers = [handler]
+        logger.propagate = False
+
+
 def _judge_kind(requested: str, settings: Settings) -> str:
     if requested != "auto":
         return requested
@@ -138,6 +150,7 @@ class Demo:
     def run(self) -> int:
         """Run end to end; returns the exit code (0 ok, 1 incomplete, 130 interrupted)."""
         self.out.mkdir(parents=True, exist_ok=True)
+        _library_logs_to(self.out / "demo.log")
         previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
         stream: DemoStream | None = None
         try:

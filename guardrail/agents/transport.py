@@ -1,20 +1,35 @@
-"""Faust's aiokafka transport with one knob it lacks: the consumer fetch wait.
+"""Faust's aiokafka transport with two corrections.
 
-faust-streaming 0.15.3 builds its worker consumer with ``fetch_max_wait_ms``
-fixed at 1500. Kafka answers a fetch as soon as ``fetch_min_bytes`` (1) is
-there, so the wait only bounds idle polling; but a broker that holds every
-fetch for the full wait (Tansu, the embedded broker, does) then adds up to
-1.5 s to each message's latency — measured in ``bench/latency.py`` as the
-whole p99 floor. :class:`GuardrailFaustApp` builds the same consumer and
-sets the wait from ``consumer_fetch_wait_ms``; nothing else changes.
+**Fetch wait.** faust-streaming 0.15.3 builds its worker consumer with
+``fetch_max_wait_ms`` fixed at 1500. Kafka answers a fetch as soon as
+``fetch_min_bytes`` (1) is there, so the wait only bounds idle polling; but a
+broker that holds every fetch for the full wait (Tansu, the embedded broker,
+does) then adds up to 1.5 s to each message's latency — measured in
+``bench/latency.py`` as the whole p99 floor. The wait comes from
+``consumer_fetch_wait_ms``.
+
+**End offsets for table recovery.** Faust recovers a table partition by
+reading its changelog up to the end offset ``ListOffsets`` reports. Tansu
+reports the *base offset of the last record batch + 1*, not the offset after
+the last record, so recovery stopped inside the last batch and silently
+dropped the newest counts of a window cell (the fault suite's windows came
+out a few short whenever partitions moved). The high watermark a real fetch
+returns is right on every broker, so the recovery end offsets are taken as
+the larger of the two (on Apache Kafka they are equal).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+import aiokafka
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
+
+log = logging.getLogger("guardrail.transport")
 
 __all__ = ["GuardrailFaustApp"]
 
@@ -27,6 +42,62 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             # Read once, when the consumer starts its Fetcher.
             consumer._fetch_max_wait_ms = int(wait_ms)
         return consumer
+
+    async def _highwaters(self, partitions: list[Any]) -> Mapping[Any, int]:
+        reported = await super()._highwaters(partitions)
+        if self.consumer.in_transaction or not any(reported.values()):
+            return reported
+        fetched = await fetched_highwaters(self._probe_options(), reported)
+        return {tp: max(offset, fetched.get(tp, offset)) for tp, offset in reported.items()}
+
+    def _probe_options(self) -> dict[str, Any]:
+        transport, conf = self.transport, self.app.conf
+        return dict(
+            bootstrap_servers=faust_aiokafka.server_list(transport.url, transport.default_port),
+            **faust_aiokafka.credentials_to_aiokafka_auth(conf.broker_credentials,
+                                                         conf.ssl_context))
+
+
+async def fetched_highwaters(options: dict[str, Any], reported: Mapping[Any, int], *,
+                             timeout: float = 10.0) -> dict[Any, int]:
+    """The high watermark a fetch returns for each partition with data, read
+    by a throwaway group-less consumer positioned at the reported end - 1
+    (a record that exists: the last batch's first). Partitions it could not
+    read within ``timeout`` are left out (the caller keeps the reported end)."""
+    wanted = [tp for tp, end in reported.items() if end > 0]
+    if not wanted:
+        return {}
+    probe = aiokafka.AIOKafkaConsumer(group_id=None, enable_auto_commit=False,
+                                      fetch_max_wait_ms=100, **options)
+    try:
+        await probe.start()
+    except Exception as exc:  # the reported offsets are still a usable answer
+        log.warning("could not read changelog high watermarks (%s); using reported ends", exc)
+        return {}
+    try:
+        probe.assign([aiokafka.TopicPartition(tp.topic, tp.partition) for tp in wanted])
+        for tp in wanted:
+            probe.seek(aiokafka.TopicPartition(tp.topic, tp.partition), reported[tp] - 1)
+        return await _read_highwaters(probe, wanted, timeout)
+    except Exception as exc:  # the reported offsets are still a usable answer
+        log.warning("could not read changelog high watermarks (%s); using reported ends", exc)
+        return {}
+    finally:
+        await probe.stop()
+
+
+async def _read_highwaters(probe: aiokafka.AIOKafkaConsumer, wanted: Iterable[Any],
+                           timeout: float) -> dict[Any, int]:
+    pending = {aiokafka.TopicPartition(tp.topic, tp.partition): tp for tp in wanted}
+    found: dict[Any, int] = {}
+    deadline = asyncio.get_running_loop().time() + timeout
+    while pending and asyncio.get_running_loop().time() < deadline:
+        await probe.getmany(*pending, timeout_ms=200, max_records=1)
+        for key in list(pending):
+            highwater = probe.highwater(key)
+            if highwater is not None:
+                found[pending.pop(key)] = highwater
+    return found
 
 
 class _Consumer(faust_aiokafka.Consumer):
