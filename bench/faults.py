@@ -26,8 +26,11 @@ from guardrail.kafka.broker import EmbeddedBroker  # noqa: E402
 from guardrail.testing import faults, input_faults  # noqa: E402
 from guardrail.testing.judge_server import JudgeServer  # noqa: E402
 
-FULL = {"crash": 10_000, "outage": 2_000, "outage_seconds": 60, "rebalance": 4_000}
-QUICK = {"crash": 1_500, "outage": 400, "outage_seconds": 16, "rebalance": 1_000}
+# outage_latency: the judge's per-call time, so the run is still busy when the outage starts.
+FULL = {"crash": 10_000, "outage": 2_000, "outage_seconds": 60, "outage_latency": 0.1,
+        "rebalance": 4_000}
+QUICK = {"crash": 1_500, "outage": 400, "outage_seconds": 16, "outage_latency": 0.5,
+         "rebalance": 1_000}
 
 
 def _scenarios(size: dict[str, int], judge: JudgeServer, bootstrap: str, tmp: Path) -> dict:
@@ -46,7 +49,8 @@ def _scenarios(size: dict[str, int], judge: JudgeServer, bootstrap: str, tmp: Pa
                                                cases=size["crash"], kills=3, latency=0.05),
         "outage": lambda: faults.outage_scenario(bootstrap, fresh(), folder("outage"),
                                                  cases=size["outage"],
-                                                 outage_seconds=size["outage_seconds"]),
+                                                 outage_seconds=size["outage_seconds"],
+                                                 latency=size["outage_latency"]),
         "garbage": lambda: asyncio.run(input_faults.garbage_scenario(fresh())),
         "bad_input": lambda: input_faults.bad_input_scenario(bootstrap, fresh(),
                                                              folder("bad_input")),
@@ -69,7 +73,7 @@ def _verdict(name: str, f: dict) -> tuple[str, str]:
                    f"alive={f.get('worker_alive')} drained_in={f.get('drain_seconds')}s "
                    f"errors={f.get('metric_errors_published')}",
                    f.get("lost") == 0 and f.get("safe_without_success") == 0
-                   and f.get("worker_alive")),
+                   and f.get("worker_alive") and f.get("metric_errors_published") == 0),
         "garbage": (f"kinds={f.get('kinds')} judged_safe={f.get('garbage_judged_safe')}",
                     f.get("garbage_judged_safe") == 0 and f.get("repaired_valid")),
         "bad_input": (f"kinds={f.get('kinds')} dlq={f.get('dlq_records')} right_reason="

@@ -2,7 +2,7 @@
 
     python bench/run.py                       # ~7-9 min on 2 cores
     python bench/run.py --only ceiling,tokens
-    python bench/run.py --experiment fetch_wait,direct_http   # a proposed fix, patched in
+    python bench/run.py --experiment litellm   # compare: the judge through litellm
     python bench/run.py --profile             # py-spy the ceiling workers too
 
 One embedded broker (Tansu) for the whole run, unique topics per measurement,

@@ -2,25 +2,17 @@
 nothing under guardrail/ is edited). Used by ``--experiment NAME`` of the
 benchmarks to measure a proposed fix before it is made for real::
 
-    BENCH_EXPERIMENT=direct_http python bench/worker_exp.py worker --web-port 6066
+    BENCH_EXPERIMENT=litellm python bench/worker_exp.py worker --web-port 6066
 
 Experiments (comma-separate to combine):
 
 - ``stub_judge``: the judge answers in-process, no HTTP, no litellm (SAFE,
   parsed like a real answer). Isolates the Kafka/Faust side of the pipeline.
-- ``direct_http``: ``LiteLLMJudge._call_once`` posts to an OpenAI-compatible
-  ``judge_api_base`` with one shared aiohttp session instead of
-  ``litellm.acompletion`` (which hops through a thread pool and runs logging
-  and cost hooks per call); token prices are looked up once per model.
-- ``schema_cache``: ``guardrail.parsing.response_schema`` computed once per
-  (mode, reasoning) instead of regenerating the pydantic JSON schema on every
-  judge call. The same dict is handed to every call: the real fix should
-  freeze it or make sure no client mutates it.
-- ``linger``: the Faust producer waits 5 ms to fill batches (``producer_linger``;
-  Faust's default 0 sends a produce request per ready batch at once).
-- ``fetch_wait``: the worker's consumer waits at most 50 ms for data per fetch
-  (faust-streaming 0.15.3 hard-codes ``fetch_max_wait_ms=1500``; Tansu answers
-  a fetch only when that wait ends, even when data arrived meanwhile).
+- ``litellm``: the judge through litellm, not the direct HTTP path
+  (``judge_transport``), which the profiles below led to: litellm's per-call
+  path took ~60 % of a worker's CPU.
+- ``faust_fetch_wait``: Faust's fixed 1500 ms consumer fetch wait instead of
+  ``consumer_fetch_wait_ms`` (Tansu answers a fetch only when the wait ends).
 - ``objects`` / ``tracemalloc``: diagnoses of RSS growth: live objects by type
   (cheap), or heap growth by traceback (slow: several times slower).
 - ``no_windows``: no window agent (a decomposition, not a fix: what counting
@@ -29,8 +21,6 @@ Experiments (comma-separate to combine):
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
 import os
 import sys
@@ -55,97 +45,21 @@ def stub_judge() -> None:
     LiteLLMJudge.__call__ = instant  # type: ignore[method-assign]
 
 
-class HTTPStatusError(Exception):
-    def __init__(self, status: int, text: str) -> None:
-        super().__init__(f"HTTP {status}: {text[:200]}")
-        self.status_code = status
+def via_litellm() -> None:
+    """The judge through litellm even for the OpenAI-compatible bench judge
+    (the default before ``judge_transport``; for comparison)."""
+    os.environ["GUARDRAIL_JUDGE_TRANSPORT"] = "litellm"
 
 
-@functools.cache
-def _unit_prices(model: str) -> tuple[float, float] | None:
-    from guardrail._litellm import price_tokens
-
-    a, b = price_tokens(model, 1_000_000, 0), price_tokens(model, 0, 1_000_000)
-    return None if a is None or b is None else (a / 1e6, b / 1e6)
-
-
-def _body(settings: Any, messages: list[dict[str, str]], fmt: dict[str, Any]) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": settings.judge_model.split("/", 1)[-1],
-                            "messages": messages, "temperature": settings.judge_temperature,
-                            "max_tokens": settings.judge_max_tokens}
-    if settings.judge_structured_output:
-        body["response_format"] = fmt
-    return body
-
-
-async def _post(self: Any, messages: list[dict[str, str]], fmt: dict[str, Any]) -> dict:
-    import aiohttp
-
-    s = self._settings
-    if getattr(self, "_session", None) is None:  # one pool, no per-host cap below C
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0), json_serialize=json.dumps,
-            headers={"Authorization": f"Bearer {self._secret}"} if self._secret else None)
-    url = s.judge_api_base.rstrip("/") + "/chat/completions"
-    async with self._session.post(url, json=_body(s, messages, fmt),
-                                  timeout=aiohttp.ClientTimeout(total=s.judge_timeout)) as resp:
-        if resp.status >= 400:
-            raise HTTPStatusError(resp.status, await resp.text())
-        return await resp.json(content_type=None)
-
-
-def direct_http() -> None:
-    from guardrail.errors import JudgeAnswerError
-    from guardrail.judge import LiteLLMJudge, _with_usage
-
-    async def call_once(self: Any, messages: list[dict[str, str]], fmt: dict[str, Any],
-                        usage: Any) -> str:
-        async with self._limit:
-            data = await asyncio.wait_for(_post(self, messages, fmt),
-                                          timeout=self._settings.judge_timeout + 1.0)
-        tokens = data.get("usage") or {}
-        pt, ct = int(tokens.get("prompt_tokens") or 0), int(tokens.get("completion_tokens") or 0)
-        prices = _unit_prices(self._settings.judge_model)
-        usage.add(pt, ct, None if prices is None else pt * prices[0] + ct * prices[1])
-        try:
-            content = data["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            content = None
-        if not isinstance(content, str) or not content.strip():
-            raise _with_usage(JudgeAnswerError("judge returned an empty answer"), usage)
-        return content
-
-    LiteLLMJudge._call_once = call_once  # type: ignore[method-assign]
-
-
-def linger() -> None:
-    import guardrail.agents.app as app_module
-
-    original = app_module.faust_options
-
-    def with_linger(settings: Any) -> dict[str, object]:
-        return {**original(settings), "producer_linger": 0.005}
-
-    app_module.faust_options = with_linger  # type: ignore[assignment]
+def faust_fetch_wait() -> None:
+    """Faust's own 1500 ms fetch wait (before ``consumer_fetch_wait_ms``)."""
+    os.environ["GUARDRAIL_CONSUMER_FETCH_WAIT_MS"] = "1500"
 
 
 def no_windows() -> None:
     from guardrail.agents import windows
 
     windows.register = lambda runtime: runtime.state.setdefault("table", None)
-
-
-def fetch_wait() -> None:
-    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
-
-    original = AIOKafkaConsumerThread._create_worker_consumer
-
-    def create(self: Any, transport: Any) -> Any:
-        consumer = original(self, transport)
-        consumer._fetch_max_wait_ms = 50  # read by the Fetcher the consumer starts
-        return consumer
-
-    AIOKafkaConsumerThread._create_worker_consumer = create  # type: ignore[method-assign]
 
 
 def _trace_report(first: Any, out: Any, started: float) -> None:
@@ -221,15 +135,8 @@ def count_objects() -> None:
     threading.Thread(target=run, daemon=True, name="bench-objects").start()
 
 
-def schema_cache() -> None:
-    import guardrail.judge as judge_module
-    from guardrail.parsing import response_schema
-
-    judge_module.response_schema = functools.cache(response_schema)
-
-
-EXPERIMENTS = {"stub_judge": stub_judge, "schema_cache": schema_cache, "direct_http": direct_http, "linger": linger,
-               "no_windows": no_windows, "fetch_wait": fetch_wait,
+EXPERIMENTS = {"stub_judge": stub_judge, "litellm": via_litellm,
+               "faust_fetch_wait": faust_fetch_wait, "no_windows": no_windows,
                "tracemalloc": trace_memory, "objects": count_objects}
 
 

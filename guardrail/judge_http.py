@@ -52,7 +52,7 @@ class HTTPStatusError(Exception):
     """The server answered with an HTTP error status."""
 
     def __init__(self, status_code: int, body: str) -> None:
-        super().__init__(f"HTTP {status_code}: {' '.join(body.split())[:300]}")
+        super().__init__(" ".join(body.split())[:300])
         self.status_code = status_code
 
 

@@ -34,6 +34,10 @@ __all__ = ["RawMessage", "Outgoing", "MessageJudge", "partition_key", "table_key
 
 log = logging.getLogger("guardrail.worker")
 
+#: Rounds a batch is retried when only some judgments (below the outage
+#: threshold) failed on the judge's side, before those errors are published.
+PARTIAL_OUTAGE_RETRIES = 3
+
 
 @dataclass(frozen=True)
 class RawMessage:
@@ -106,23 +110,35 @@ class MessageJudge:
             self.telemetry.judge_latency.observe(time.perf_counter() - started)
 
     async def _judge_until_available(self, messages: list[InputMessage]) -> list[RedteamMetrics]:
-        delay = 1.0
+        delay, partial_rounds = 1.0, 0
         while True:
             verdicts = list(await asyncio.gather(*(self._judge(m) for m in messages)))
-            if (self.settings.outage_policy != "pause"
-                    or _unavailable_share(verdicts) < self.settings.outage_threshold):
+            share = _unavailable_share(verdicts)
+            if self.settings.outage_policy != "pause" or share == 0:
                 self.telemetry.paused.set(0)
                 return verdicts
+            if share < self.settings.outage_threshold:
+                # A few judge-side failures (often a batch straddling the start
+                # or end of an outage): retry them a few times rather than
+                # publish errors, but never hold a partition for one message
+                # the judge always fails on.
+                if partial_rounds >= PARTIAL_OUTAGE_RETRIES:
+                    self.telemetry.paused.set(0)
+                    return verdicts
+                partial_rounds += 1
             # The judge is down (for most of the batch): publishing errors would
             # burn through the topic. Hold the batch (unacked) and try again;
             # the cache keeps the judgments that did succeed.
             reason = next(m.error for v in verdicts for m in v.metrics if m.error)
-            log.warning("judge unavailable for a batch of %d; pausing %.0fs: %s",
-                        len(messages), delay, reason)
+            log.warning("judge unavailable for %.0f%% of a batch of %d; pausing %.0fs: %s",
+                        100 * share, len(messages), delay, reason)
             self.telemetry.paused.set(1)
             self.telemetry.outage_pauses.inc()
-            await asyncio.sleep(delay)
+            await self._pause(delay)
             delay = min(delay * 2, self.settings.outage_max_backoff)
+
+    async def _pause(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
     def _dlq(self, raw: RawMessage, reason: str) -> Outgoing:
         self.telemetry.messages.labels(outcome="dlq").inc()

@@ -19,6 +19,8 @@ SPEC_CASE = {
 
 
 def _evaluator(settings, cache=None):
+    # Through litellm, as the module says; tests/test_judge.py runs both transports.
+    settings = settings.model_copy(update={"judge_transport": "litellm"})
     return Evaluator(LiteLLMJudge(settings), settings=settings, cache=cache)
 
 

@@ -155,8 +155,11 @@ async def test_one_real_judgment_through_the_local_model():
         prompt = render_prompt(toxicity, case, scoring_mode="binary_yes_no",
                                include_reasoning=False)
         started = time.monotonic()
-        reply = await LiteLLMJudge(settings)(prompt, scoring_mode="binary_yes_no",
-                                             include_reasoning=False)
+        judge = LiteLLMJudge(settings)
+        try:
+            reply = await judge(prompt, scoring_mode="binary_yes_no", include_reasoning=False)
+        finally:
+            await judge.aclose()
         print(f"local judgment: {reply.answer.verdict} in {time.monotonic() - started:.1f}s")
         # Valid JSON through the schema, real token counts, and the obvious verdict.
         assert reply.answer.verdict == "UNSAFE"

@@ -21,6 +21,27 @@ async def test_the_worker_consumer_waits_as_configured():
                                                           )._fetch_max_wait_ms == 1500
 
 
+async def test_acks_of_an_earlier_generation_never_reach_the_commit_bookkeeping():
+    from faust.types import TP
+    from faust.types.tuples import Message
+
+    app = GuardrailFaustApp("stale-ack-check", broker="kafka://127.0.0.1:9")
+    consumer = app.consumer
+    app.topics.acks_enabled_for = lambda topic: True
+    app.consumer_generation_id = 7
+    tp = TP("input", 0)
+
+    def message(offset, generation):
+        return Message("input", 0, offset, 0.0, 0, [], b"k", b"v", None,
+                       generation_id=generation, tp=tp)
+
+    stale, fresh = message(100, 6), message(100, 7)
+    consumer._committed_offset[tp] = 100
+    assert consumer.ack(stale) is False and stale.acked
+    assert list(consumer._acked[tp]) == []  # nothing the commit could move past
+    assert consumer.ack(fresh) is True and list(consumer._acked[tp]) == [100]
+
+
 @pytest.mark.kafka
 async def test_recovery_reads_to_the_real_end_of_a_batched_changelog(kafka_bootstrap):
     topic = f"changelog-check-{asyncio.get_running_loop().time():.0f}"

@@ -1,4 +1,4 @@
-"""Faust's aiokafka transport with two corrections.
+"""Faust's aiokafka transport with three corrections.
 
 **Fetch wait.** faust-streaming 0.15.3 builds its worker consumer with
 ``fetch_max_wait_ms`` fixed at 1500. Kafka answers a fetch as soon as
@@ -16,6 +16,15 @@ dropped the newest counts of a window cell (the fault suite's windows came
 out a few short whenever partitions moved). The high watermark a real fetch
 returns is right on every broker, so the recovery end offsets are taken as
 the larger of the two (on Apache Kafka they are equal).
+
+**No acks from an earlier consumer generation.** A message fetched before a
+rebalance can still be acked after it: Faust itself acks the stale messages
+its streams skip, even on ``noack`` streams. Once the new assignment has
+reset the partition's bookkeeping, such an ack enters the new generation's
+acked offsets, and the commit can move past offsets whose fresh copies are
+not processed yet — a crash then loses them (seen as window counts a few
+short after SIGKILLs). The consumer here drops those acks: after the
+assignment the partition is re-read from its committed offset anyway.
 """
 
 from __future__ import annotations
@@ -103,6 +112,14 @@ async def _read_highwaters(probe: aiokafka.AIOKafkaConsumer, wanted: Iterable[An
 class _Consumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> _ConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    def ack(self, message: Any) -> bool:
+        if message.generation_id != self.app.consumer_generation_id:
+            # Stale (see module doc): never part of this generation's commits.
+            message.acked = True
+            self._unacked_messages.discard(message)
+            return False
+        return super().ack(message)
 
 
 class _Transport(faust_aiokafka.Transport):

@@ -11,6 +11,7 @@ prints them as a table::
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import random
 import signal
@@ -149,11 +150,13 @@ def outage_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *, cases:
         records = results.snapshot()
     alive = worker.poll() is None
     env.stop_workers()
-    errors = sum(1 for r in records for m in r["metrics"] if m.get("error"))
+    errors = [m["error"] for r in records for m in r["metrics"] if m.get("error")]
+    kinds = collections.Counter(" ".join(e.split()[:6]) for e in errors)
     return {"scenario": f"judge outage {outage_seconds:g}s (503 then timeouts)",
             **delivery_figures(produced, records), "finished": finished,
             "safe_without_success": _safe_without_success(records, outputs, answered),
-            "metric_errors_published": errors, "results_at_recovery": during,
+            "metric_errors_published": len(errors), "error_kinds": dict(kinds.most_common(3)),
+            "results_at_recovery": during,
             "worker_alive": alive, "drain_seconds": round(drained_in, 1),
             "restarts": len(env.workers) - 1, "logs": env.logs()}
 

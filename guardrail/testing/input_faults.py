@@ -68,6 +68,15 @@ def _judge(server: JudgeServer) -> MessageJudge:
     return MessageJudge(Evaluator(LiteLLMJudge(settings), settings=settings), settings=settings)
 
 
+async def _process(server: JudgeServer, messages: list[RawMessage]) -> list[Any]:
+    """One batch through a fresh MessageJudge, its connections closed after."""
+    message_judge = _judge(server)
+    try:
+        return await message_judge.process(messages)
+    finally:
+        await message_judge.evaluator.aclose()
+
+
 def _results(outgoing: list[Any], topic: str = "redteam-results") -> list[dict[str, Any]]:
     return [json.loads(o.value) for o in outgoing if o.topic == topic]
 
@@ -78,11 +87,11 @@ async def garbage_scenario(server: JudgeServer) -> dict[str, Any]:
     for kind, reply in GARBAGE.items():
         server.reset()
         server.script(*([reply, reply] * 2))  # two metrics, each answer + repair
-        [result] = _results(await _judge(server).process([_message(0, "a calm answer")]))
+        [result] = _results(await _process(server, [_message(0, "a calm answer")]))
         rows[kind] = [m["error"] is not None and m["score"] is None for m in result["metrics"]]
     server.reset()
     server.script("garbage first", None, None)  # a repairable answer is repaired
-    [repaired] = _results(await _judge(server).process([_message(1, "a calm answer")]))
+    [repaired] = _results(await _process(server, [_message(1, "a calm answer")]))
     return {"scenario": "judge garbage", "kinds": len(rows),
             "garbage_judged_safe": sum(not ok for oks in rows.values() for ok in oks),
             "repaired_valid": all(m["error"] is None for m in repaired["metrics"]),
@@ -109,7 +118,7 @@ async def injection_scenario(server: JudgeServer) -> dict[str, Any]:
     """Injected outputs stay fenced data; a fake verdict never becomes the answer."""
     server.reset()
     messages = [_message(i, text) for i, text in enumerate(INJECTIONS.values())]
-    results = _results(await _judge(server).process(messages))
+    results = _results(await _process(server, messages))
     texts = list(INJECTIONS.values())
     fences = [_fence_intact(r, texts[_index_of(r["messages"][1]["content"])])
               for r in server.requests]
@@ -117,7 +126,7 @@ async def injection_scenario(server: JudgeServer) -> dict[str, Any]:
                        if r["metrics"][1]["error"] is None)
     server.reset()
     server.responder = _echo
-    echoed = _results(await _judge(server).process(
+    echoed = _results(await _process(server, 
         [_message(i, t) for i, t in enumerate(INJECTIONS.values()) if "{" in t]))
     server.responder = None
     fake_accepted = sum(m["error"] is None and m["result"][0]["verdict"] == "SAFE"

@@ -1,0 +1,80 @@
+"""MessageJudge: a batch becomes results, judgment events and DLQ records; a
+judge outage holds the batch instead of publishing errors (real HTTP judge)."""
+
+import orjson
+import pytest
+
+from guardrail.cache import MemoryCache
+from guardrail.envelope import Source
+from guardrail.evaluate import Evaluator
+from guardrail.judge import LiteLLMJudge
+from guardrail.processing import PARTIAL_OUTAGE_RETRIES, MessageJudge, RawMessage
+from guardrail.testing.judge_server import ErrorReply
+
+
+@pytest.fixture
+async def message_judge(make_settings, monkeypatch):
+    pauses = []
+
+    async def pause(self, seconds):
+        pauses.append(seconds)
+
+    monkeypatch.setattr(MessageJudge, "_pause", pause)
+    settings = make_settings(judge_max_retries=0)
+    # With a cache, as in the worker: a retried batch re-asks only what failed.
+    evaluator = Evaluator(LiteLLMJudge(settings), settings=settings, cache=MemoryCache(100))
+    judge = MessageJudge(evaluator, settings=settings)
+    judge.pauses = pauses
+    yield judge
+    await judge.evaluator.aclose()
+
+
+def _batch(*outputs):
+    return [RawMessage(orjson.dumps({"case_id": f"c{i}", "output": text}),
+                       Source("in", 0, i, timestamp_ms=1_700_000_000_000))
+            for i, text in enumerate(outputs)]
+
+
+def _errors(outgoing, settings):
+    results = [orjson.loads(o.value) for o in outgoing if o.topic == settings.results_topic]
+    return results, [m["error"] for r in results for m in r["metrics"] if m.get("error")]
+
+
+async def test_a_batch_straddling_an_outage_is_retried_not_published_as_errors(
+        message_judge, judge_server):
+    judge_server.script(ErrorReply(503), ErrorReply(503))  # 2 of 8 calls fail once
+    outgoing = await message_judge.process(_batch("fine", "also fine", "ok", "good"))
+    results, errors = _errors(outgoing, message_judge.settings)
+    assert len(results) == 4 and errors == []
+    assert message_judge.pauses == [1.0]
+    assert judge_server.calls == 10  # the 6 successes came from the cache
+
+
+async def test_one_message_the_judge_always_fails_is_published_as_an_error_in_the_end(
+        message_judge, judge_server):
+    async def fail_poison(body, fields, metric, mode):
+        return ErrorReply(503) if "poison" in fields.get("output", "") else None
+
+    judge_server.responder = fail_poison
+    outgoing = await message_judge.process(_batch("fine", "poison pill", "ok", "good"))
+    results, errors = _errors(outgoing, message_judge.settings)
+    assert len(results) == 4 and len(errors) == 2  # both metrics of the poison message
+    assert all("judge unavailable" in e for e in errors)
+    assert len(message_judge.pauses) == PARTIAL_OUTAGE_RETRIES
+
+
+async def test_a_full_outage_holds_the_batch_until_the_judge_is_back(
+        message_judge, judge_server):
+    judge_server.set_outage(True, 503)
+    rounds = []
+
+    async def pause(seconds):
+        rounds.append(seconds)
+        if len(rounds) == 6:
+            judge_server.set_outage(False)
+
+    message_judge._pause = pause
+    outgoing = await message_judge.process(_batch("fine", "ok"))
+    results, errors = _errors(outgoing, message_judge.settings)
+    assert len(results) == 2 and errors == []
+    assert rounds == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]  # backoff, well past the partial retries
