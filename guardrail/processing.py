@@ -85,6 +85,9 @@ class MessageJudge:
         #: Which run produced the judgments ("live", or one replay): the window
         #: counter de-duplicates per origin and source partition.
         self.origin = origin
+        #: When a judge call last succeeded (any batch): tells a judge outage
+        #: from one message the judge keeps failing on.
+        self._last_judge_success = float("-inf")
 
     async def process(self, batch: list[RawMessage]) -> list[Outgoing]:
         """Never raises for bad input or judge trouble; may wait out an outage."""
@@ -105,33 +108,46 @@ class MessageJudge:
     async def _judge(self, message: InputMessage) -> RedteamMetrics:
         started = time.perf_counter()
         try:
-            return await self.evaluator.evaluate(message.case)
+            verdict = await self.evaluator.evaluate(message.case)
         finally:
             self.telemetry.judge_latency.observe(time.perf_counter() - started)
+        if any(not (m.cached or m.error) for m in verdict.metrics):
+            self._last_judge_success = time.monotonic()
+        return verdict
 
     async def _judge_until_available(self, messages: list[InputMessage]) -> list[RedteamMetrics]:
-        delay, partial_rounds = 1.0, 0
+        """Judge a batch; while the judge is down, hold it (unacked) and retry.
+
+        Publishing errors during an outage would burn through the topic, so a
+        batch whose judge-side failures reach ``outage_threshold`` of the calls
+        it made, with no judge call succeeding anywhere since the previous
+        round started, waits
+        with backoff for as long as the outage lasts. Fewer failures (a batch
+        straddling the start or end of an outage, or one message the judge
+        always fails on while other calls succeed) are retried a few rounds,
+        then published as errors: one bad message must not hold a partition.
+        The cache keeps what did succeed, so a retry re-asks only the failures.
+        """
+        delay, partial_rounds, previous_round = 1.0, 0, time.monotonic()
         while True:
+            round_started = time.monotonic()
             verdicts = list(await asyncio.gather(*(self._judge(m) for m in messages)))
             share = _unavailable_share(verdicts)
             if self.settings.outage_policy != "pause" or share == 0:
                 self.telemetry.paused.set(0)
                 return verdicts
-            if share < self.settings.outage_threshold:
-                # A few judge-side failures (often a batch straddling the start
-                # or end of an outage): retry them a few times rather than
-                # publish errors, but never hold a partition for one message
-                # the judge always fails on.
+            judge_down = (share >= self.settings.outage_threshold
+                          and self._last_judge_success < previous_round)
+            previous_round = round_started
+            if not judge_down:
                 if partial_rounds >= PARTIAL_OUTAGE_RETRIES:
                     self.telemetry.paused.set(0)
                     return verdicts
                 partial_rounds += 1
-            # The judge is down (for most of the batch): publishing errors would
-            # burn through the topic. Hold the batch (unacked) and try again;
-            # the cache keeps the judgments that did succeed.
             reason = next(m.error for v in verdicts for m in v.metrics if m.error)
-            log.warning("judge unavailable for %.0f%% of a batch of %d; pausing %.0fs: %s",
-                        100 * share, len(messages), delay, reason)
+            log.warning("judge unavailable for %.0f%% of the calls of a batch of %d%s; "
+                        "pausing %.0fs: %s", 100 * share, len(messages),
+                        "" if judge_down else f" (retry {partial_rounds})", delay, reason)
             self.telemetry.paused.set(1)
             self.telemetry.outage_pauses.inc()
             await self._pause(delay)
@@ -194,5 +210,6 @@ class MessageJudge:
 
 
 def _unavailable_share(verdicts: list[RedteamMetrics]) -> float:
-    results = [m for v in verdicts for m in v.metrics]
-    return sum(m.unavailable for m in results) / len(results) if results else 0.0
+    """Judge-side failures among the calls a round made (cache hits excluded)."""
+    asked = [m for v in verdicts for m in v.metrics if not m.cached]
+    return sum(m.unavailable for m in asked) / len(asked) if asked else 0.0

@@ -56,11 +56,40 @@ async def test_one_message_the_judge_always_fails_is_published_as_an_error_in_th
         return ErrorReply(503) if "poison" in fields.get("output", "") else None
 
     judge_server.responder = fail_poison
+    other_traffic = []
+
+    async def pause(seconds):  # meanwhile other messages are judged fine
+        other_traffic.append(await message_judge.process(_batch(f"healthy {len(other_traffic)}")))
+
+    message_judge._pause = pause
     outgoing = await message_judge.process(_batch("fine", "poison pill", "ok", "good"))
     results, errors = _errors(outgoing, message_judge.settings)
     assert len(results) == 4 and len(errors) == 2  # both metrics of the poison message
     assert all("judge unavailable" in e for e in errors)
-    assert len(message_judge.pauses) == PARTIAL_OUTAGE_RETRIES
+    assert len(other_traffic) == PARTIAL_OUTAGE_RETRIES
+
+
+async def test_a_message_failing_while_nothing_else_succeeds_waits_like_an_outage(
+        message_judge, judge_server):
+    failing = {"on": True}
+
+    async def fail_poison(body, fields, metric, mode):
+        if failing["on"] and "poison" in fields.get("output", ""):
+            return ErrorReply(503)
+        return None
+
+    judge_server.responder = fail_poison
+    rounds = []
+
+    async def pause(seconds):
+        rounds.append(seconds)
+        if len(rounds) == 8:
+            failing["on"] = False  # the judge recovers
+
+    message_judge._pause = pause
+    outgoing = await message_judge.process(_batch("fine", "poison pill", "ok", "good"))
+    _, errors = _errors(outgoing, message_judge.settings)
+    assert errors == [] and len(rounds) == 8  # held past the partial retries, then judged
 
 
 async def test_a_full_outage_holds_the_batch_until_the_judge_is_back(

@@ -17,6 +17,7 @@ import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+import faust
 import orjson
 
 from ..alerts import Cooldown, WindowCounts, check_rule, rule_for
@@ -139,7 +140,9 @@ def register(runtime: GuardrailApp) -> None:
     app, s = runtime.app, runtime.settings
     topic = app.topic(s.judgments_topic, key_type=bytes, value_type=bytes,
                       key_serializer="raw", value_serializer="raw")
-    table = app.Table(TABLE_NAME, default=dict, partitions=s.topic_partitions)
+    table = app.tables.add(ConfirmedTable(app, name=TABLE_NAME, default=dict,
+                                          beacon=app.tables.beacon,
+                                          partitions=s.topic_partitions))
     windowed = table.tumbling(timedelta(seconds=s.window_seconds),
                               expires=timedelta(seconds=s.window_expires_seconds)
                               ).relative_to_stream()
@@ -165,7 +168,7 @@ def register(runtime: GuardrailApp) -> None:
             # The changelog must be durable before these offsets may commit: Faust
             # commits on stop/rebalance before it flushes its producer buffer,
             # which would lose counts the next owner never recovers.
-            await _flush(app)
+            await table.confirm_changelog()
             for event in events:
                 await stream.ack(event)
 
@@ -182,15 +185,45 @@ def _stale(app: Any, event: Any) -> bool:
     return event.message.generation_id != app.consumer_generation_id
 
 
-async def _flush(app: Any) -> None:
-    delay = 0.5
-    while True:
-        try:
-            await app.producer.flush()
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.error("flushing window changelog failed (%s); retrying in %.1fs", exc, delay)
+class ConfirmedTable(faust.Table):
+    """A table that can wait until every changelog write so far is on the broker.
+
+    Faust's own ``producer.flush()`` is not that: its buffer flush gives up
+    after 0.1 s without a send (under load, writes are still queued when it
+    returns), so acking after it could commit offsets whose counts a crash
+    then loses. Here every write's future is kept and awaited; a failed write
+    is sent again with the key's *current* value (a later write may have
+    superseded it, and the changelog must end on the newest).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._unconfirmed: list[Any] = []
+
+    def send_changelog(self, *args: Any, **kwargs: Any) -> Any:
+        fut = super().send_changelog(*args, **kwargs)
+        self._unconfirmed.append(fut)
+        return fut
+
+    async def confirm_changelog(self) -> None:
+        """Return once every changelog write made so far is acknowledged."""
+        delay = 0.5
+        while self._unconfirmed:
+            pending, self._unconfirmed = self._unconfirmed, []
+            await asyncio.wait(pending)
+            failed = [fut for fut in pending if fut.exception() is not None]
+            if not failed:
+                continue
+            log.error("%d window changelog writes failed (%s); writing again in %.1fs",
+                      len(failed), failed[0].exception(), delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
+            for fut in failed:
+                self._resend(fut.message)
+
+    def _resend(self, message: Any) -> None:
+        key = message.key
+        if key in self.data:
+            self.send_changelog(message.partition, key, self.data[key])
+        else:  # deleted (expired) since: the deletion is the newest state
+            self.send_changelog(message.partition, key, None, value_serializer="raw")
