@@ -11,7 +11,6 @@ prints them as a table::
 from __future__ import annotations
 
 import asyncio
-import collections
 import json
 import random
 import signal
@@ -20,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from ..settings import Settings
 from .harness import StreamEnv, TopicWatcher, consume, produce
 from .judge_server import JudgeServer
 
@@ -103,7 +103,28 @@ def _window_figures(env: StreamEnv, web_port: int, most: int) -> dict[str, Any]:
                   for j in judgments})
     total = _window_totals(web_port, expect=unique)
     return {"judgment_events": len(judgments), "unique_judgments": unique,
-            "window_total": total, "window_counts_match": total == unique}
+            "window_total": total, "window_counts_match": total == unique,
+            "out_of_order": _out_of_order(judgments, float(env.env.get(
+                "GUARDRAIL_WINDOW_SECONDS", Settings().window_seconds)))}
+
+
+def _out_of_order(judgments: list[dict[str, Any]], window_seconds: float) -> int:
+    """First-time judgments that reached their window cell behind a higher input
+    offset of the same source partition (the counter would take them for
+    redeliveries); 0 when the judging agent keeps its ordering promise."""
+    highest: dict[tuple, int] = {}
+    seen: set[tuple] = set()
+    late = 0
+    for j in judgments:
+        src = j["source"]
+        cell = (j["table_key"], j["event_time_ms"] // int(window_seconds * 1000),
+                j.get("origin"), src["topic"], src["partition"])
+        ident = (cell, src["offset"])
+        if ident not in seen and src["offset"] < highest.get(cell, -1):
+            late += 1
+        seen.add(ident)
+        highest[cell] = max(highest.get(cell, -1), src["offset"])
+    return late
 
 
 def _answered_recorder(answered: set[tuple[str, str]]) -> Any:
@@ -151,7 +172,7 @@ def outage_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *, cases:
     alive = worker.poll() is None
     env.stop_workers()
     errors = [m["error"] for r in records for m in r["metrics"] if m.get("error")]
-    kinds = collections.Counter(" ".join(e.split()[:6]) for e in errors)
+    kinds = Counter(" ".join(e.split()[:6]) for e in errors)
     return {"scenario": f"judge outage {outage_seconds:g}s (503 then timeouts)",
             **delivery_figures(produced, records), "finished": finished,
             "safe_without_success": _safe_without_success(records, outputs, answered),
