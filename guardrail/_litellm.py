@@ -45,6 +45,13 @@ def price_tokens(
     """
     if input_cost_per_token is not None and output_cost_per_token is not None:
         return input_tokens * input_cost_per_token + output_tokens * output_cost_per_token
+    linear = _linear_prices(model)
+    if linear is not None:
+        return linear[0] * input_tokens + linear[1] * output_tokens if linear else None
+    return _map_cost(model, input_tokens, output_tokens)
+
+
+def _map_cost(model: str, input_tokens: int, output_tokens: int) -> float | None:
     try:
         prompt_cost, completion_cost = litellm().cost_per_token(
             model=model, prompt_tokens=input_tokens, completion_tokens=output_tokens
@@ -52,6 +59,26 @@ def price_tokens(
     except Exception:  # litellm raises several types for "not in the map"
         return None
     return float(prompt_cost) + float(completion_cost)
+
+
+@functools.lru_cache(maxsize=64)
+def _linear_prices(model: str) -> tuple[float, float] | tuple[()] | None:
+    """Per-token (input, output) prices when the cost map prices ``model``
+    linearly; ``()`` when it does not know the model; None when the price
+    depends on the size (tiered models: ask the map per call).
+
+    Asking litellm on every judge call cost ~12 % of a worker's CPU (an
+    exception per call for unknown models), so the answer is kept per model.
+    """
+    unit_in, unit_out = _map_cost(model, 1000, 0), _map_cost(model, 0, 1000)
+    if unit_in is None or unit_out is None:
+        return ()
+    big_in, big_out = _map_cost(model, 400_000, 0), _map_cost(model, 0, 400_000)
+    if big_in is None or big_out is None:
+        return None
+    if abs(big_in - 400 * unit_in) > 1e-12 or abs(big_out - 400 * unit_out) > 1e-12:
+        return None
+    return unit_in / 1000, unit_out / 1000
 
 
 def count_message_tokens(model: str, messages: list[dict[str, str]]) -> int:

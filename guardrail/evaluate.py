@@ -109,6 +109,11 @@ class Evaluator:
         if settings.rubric_dir:
             base = merge_metrics(default_metrics(), base)
         self.base_metrics = merge_metrics(base, settings.redteam.metrics)
+        deployment = settings.redteam
+        #: Most messages carry no redteam block of their own: merge once.
+        self._deployment_config = EffectiveConfig(
+            scoring_mode=deployment.scoring_mode,
+            include_reasoning=deployment.include_reasoning, metrics=self.base_metrics)
 
     async def aclose(self) -> None:
         """Release the judge's connections (a closed judge reconnects if used again)."""
@@ -120,6 +125,8 @@ class Evaluator:
         """Case knobs win over deployment knobs; case metrics override by name or append."""
         deployment, own = self.settings.redteam, case.redteam
         given = own.model_fields_set
+        if not given:
+            return self._deployment_config
         return EffectiveConfig(
             scoring_mode=own.scoring_mode if "scoring_mode" in given else deployment.scoring_mode,
             include_reasoning=(own.include_reasoning if "include_reasoning" in given

@@ -19,6 +19,7 @@ error, never as SAFE.
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -134,7 +135,7 @@ class LiteLLMJudge:
             "num_retries": 0, "max_retries": 0, "drop_params": True,
         }
         if s.judge_structured_output:
-            kwargs["response_format"] = fmt
+            kwargs["response_format"] = copy.deepcopy(fmt)  # litellm may annotate it
         if s.judge_api_base:
             kwargs["api_base"] = s.judge_api_base
         if self._secret:
