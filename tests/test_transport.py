@@ -69,36 +69,3 @@ async def test_recovery_reads_to_the_real_end_of_a_batched_changelog(kafka_boots
     assert await fetched_highwaters({"bootstrap_servers": kafka_bootstrap}, {tp: 0}) == {}
     assert await fetched_highwaters({"bootstrap_servers": "127.0.0.1:9"}, {tp: reported},
                                     timeout=2) == {}
-
-
-async def test_records_from_ahead_of_the_position_are_read_again_in_order(monkeypatch):
-    from faust.transport.consumer import Consumer as FaustConsumer
-    from faust.types import TP
-    from faust.types.tuples import Message
-
-    app = GuardrailFaustApp("jump-check", broker="kafka://127.0.0.1:9")
-    consumer = app.consumer
-    app.topics.acks_enabled_for = lambda topic: True
-    tp = TP("judgments", 0)
-    fetched = [[3405, 3406], [3219, 3220, 3221]]  # a stale run, then the seek's records
-    seeks = []
-
-    async def fake_getmany(self, timeout):
-        for offset in fetched.pop(0):
-            yield tp, Message("judgments", 0, offset, 0.0, 0, [], b"k", b"v", None, tp=tp)
-
-    async def fake_seek(tp_, offset):
-        seeks.append(offset)
-        consumer._read_offset[tp_] = offset
-
-    monkeypatch.setattr(FaustConsumer, "getmany", fake_getmany)
-    monkeypatch.setattr(consumer, "seek", fake_seek)
-    consumer._read_offset[tp] = 3219  # where the seek to the committed offset put it
-    first = [m.offset async for _, m in consumer.getmany(1.0)]
-    second = [m.offset async for _, m in consumer.getmany(1.0)]
-    assert first == [] and seeks == [3219]  # nothing is skipped: read from 3219 again
-    assert second == [3219, 3220, 3221]
-    # The same jump again at the same position is a real gap (compaction): passed on.
-    fetched.append([3405])
-    consumer._read_offset[tp] = 3219
-    assert [m.offset async for _, m in consumer.getmany(1.0)] == [3405] and seeks == [3219]

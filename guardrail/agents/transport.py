@@ -1,4 +1,4 @@
-"""Faust's aiokafka transport with four corrections.
+"""Faust's aiokafka transport with three corrections.
 
 **Fetch wait.** faust-streaming 0.15.3 builds its worker consumer with
 ``fetch_max_wait_ms`` fixed at 1500. Kafka answers a fetch as soon as
@@ -25,16 +25,6 @@ acked offsets, and the commit can move past offsets whose fresh copies are
 not processed yet — a crash then loses them (seen as window counts a few
 short after SIGKILLs). The consumer here drops those acks: after the
 assignment the partition is re-read from its committed offset anyway.
-
-**No records from ahead of the position.** After a rebalance Faust seeks each
-partition back to its committed offset, but records fetched before the seek
-can still arrive, from further on. Faust then takes the offsets in between
-for a gap (as left by compaction), counts them as acked, moves its read
-position past them and drops them when the seek delivers them: they are
-committed without ever being processed (seen as window counts short after a
-rebalance). The consumer here discards such a jump once per position and
-seeks back to it, so the range is read in order; a jump that comes again
-from the broker at the same position is a real gap and is left to Faust.
 """
 
 from __future__ import annotations
@@ -122,27 +112,6 @@ async def _read_highwaters(probe: aiokafka.AIOKafkaConsumer, wanted: Iterable[An
 class _Consumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> _ConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._rewound_at: dict[Any, int] = {}
-
-    async def getmany(self, timeout: float) -> Any:
-        rewinding: set[Any] = set()
-        async for tp, message in super().getmany(timeout):
-            if tp in rewinding:
-                continue  # the rest of the stale run; it is read again in order
-            position = self._read_offset.get(tp)
-            if (position is not None and message.offset > position + 1
-                    and self._rewound_at.get(tp) != position
-                    and self.app.topics.acks_enabled_for(message.topic)):
-                self._rewound_at[tp] = position
-                rewinding.add(tp)
-                log.warning("%s[%d]: got offset %d while at %d; reading from %d again",
-                            tp.topic, tp.partition, message.offset, position, position)
-                await self.seek(tp, position)
-                continue
-            yield tp, message
 
     def ack(self, message: Any) -> bool:
         if message.generation_id != self.app.consumer_generation_id:
