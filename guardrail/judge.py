@@ -11,9 +11,10 @@ reaches every provider litellm knows (``openai/...``, ``anthropic/...``,
 Calls share one concurrency limit, have a timeout, and retry 429/5xx/timeouts
 with backoff. A self-hosted OpenAI-compatible judge (``openai/`` or
 ``hosted_vllm/`` with ``judge_api_base``) is called over plain HTTP instead of
-through litellm (``judge_transport``; see :mod:`guardrail.judge_http`). A garbled answer gets one repair retry; anything still invalid
-raises :class:`JudgeAnswerError` — the caller records it as the metric's
-error, never as SAFE.
+through litellm (``judge_transport``; see :mod:`guardrail.judge_http`). A
+garbled answer gets one repair retry; anything still invalid raises
+:class:`JudgeAnswerError` — the caller records it as the metric's error, never
+as SAFE.
 """
 
 from __future__ import annotations
@@ -197,13 +198,12 @@ class LiteLLMJudge:
         if isinstance(exc, (asyncio.TimeoutError, aiohttp.ClientConnectionError,
                             aiohttp.ClientPayloadError)):
             return True
-        if self._http is not None:
-            return _status_of(exc) in _TRANSIENT_STATUS
-        lm = litellm()
-        if isinstance(exc, (lm.Timeout, lm.RateLimitError,
-                            lm.APIConnectionError, lm.ServiceUnavailableError,
-                            lm.InternalServerError, lm.BadGatewayError)):
-            return True
+        if self._http is None:
+            lm = litellm()
+            if isinstance(exc, (lm.Timeout, lm.RateLimitError, lm.APIConnectionError,
+                                lm.ServiceUnavailableError, lm.InternalServerError,
+                                lm.BadGatewayError)):
+                return True
         return _status_of(exc) in _TRANSIENT_STATUS
 
     def _classify(self, exc: BaseException) -> JudgeError:

@@ -69,6 +69,7 @@ def answer_model(scoring_mode: ScoringMode, include_reasoning: bool) -> type[Bin
     return BinaryReasonedAnswer if include_reasoning else BinaryAnswer
 
 
+@functools.lru_cache(maxsize=4)
 def response_schema(scoring_mode: ScoringMode, include_reasoning: bool) -> dict[str, Any]:
     """An OpenAI ``response_format`` (strict JSON schema) generated from the answer model.
 
@@ -77,11 +78,6 @@ def response_schema(scoring_mode: ScoringMode, include_reasoning: bool) -> dict[
     annotate the dict a ``copy.deepcopy`` (a copy per call was itself 11 %
     of a worker's CPU at 550 judge calls/s).
     """
-    return _response_schema(scoring_mode, include_reasoning)
-
-
-@functools.lru_cache(maxsize=4)
-def _response_schema(scoring_mode: ScoringMode, include_reasoning: bool) -> dict[str, Any]:
     model = answer_model(scoring_mode, include_reasoning)
     schema = model.model_json_schema()
     props = schema["properties"]

@@ -121,8 +121,7 @@ class MessageJudge:
         Publishing errors during an outage would burn through the topic, so a
         batch whose judge-side failures reach ``outage_threshold`` of the calls
         it made, with no judge call succeeding anywhere since the previous
-        round started, waits
-        with backoff for as long as the outage lasts. Fewer failures (a batch
+        round started, waits with backoff for as long as the outage lasts. Fewer failures (a batch
         straddling the start or end of an outage, or one message the judge
         always fails on while other calls succeed) are retried a few rounds,
         then published as errors: one bad message must not hold a partition.

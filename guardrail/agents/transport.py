@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import aiokafka
@@ -73,31 +73,31 @@ async def fetched_highwaters(options: dict[str, Any], reported: Mapping[Any, int
     by a throwaway group-less consumer positioned at the reported end - 1
     (a record that exists: the last batch's first). Partitions it could not
     read within ``timeout`` are left out (the caller keeps the reported end)."""
-    wanted = [tp for tp, end in reported.items() if end > 0]
+    wanted = {aiokafka.TopicPartition(tp.topic, tp.partition): tp
+              for tp, end in reported.items() if end > 0}
     if not wanted:
         return {}
     probe = aiokafka.AIOKafkaConsumer(group_id=None, enable_auto_commit=False,
                                       fetch_max_wait_ms=100, **options)
+    started = False
     try:
         await probe.start()
-    except Exception as exc:  # the reported offsets are still a usable answer
-        log.warning("could not read changelog high watermarks (%s); using reported ends", exc)
-        return {}
-    try:
-        probe.assign([aiokafka.TopicPartition(tp.topic, tp.partition) for tp in wanted])
-        for tp in wanted:
-            probe.seek(aiokafka.TopicPartition(tp.topic, tp.partition), reported[tp] - 1)
+        started = True
+        probe.assign(list(wanted))
+        for key, tp in wanted.items():
+            probe.seek(key, reported[tp] - 1)
         return await _read_highwaters(probe, wanted, timeout)
     except Exception as exc:  # the reported offsets are still a usable answer
         log.warning("could not read changelog high watermarks (%s); using reported ends", exc)
         return {}
     finally:
-        await probe.stop()
+        if started:  # a consumer whose start failed is left as it is
+            await probe.stop()
 
 
-async def _read_highwaters(probe: aiokafka.AIOKafkaConsumer, wanted: Iterable[Any],
+async def _read_highwaters(probe: aiokafka.AIOKafkaConsumer, wanted: Mapping[Any, Any],
                            timeout: float) -> dict[Any, int]:
-    pending = {aiokafka.TopicPartition(tp.topic, tp.partition): tp for tp in wanted}
+    pending = dict(wanted)
     found: dict[Any, int] = {}
     deadline = asyncio.get_running_loop().time() + timeout
     while pending and asyncio.get_running_loop().time() < deadline:
