@@ -1,5 +1,6 @@
-"""Faust transport corrections: the fetch wait setting, and recovery end offsets
-read from a real fetch (Tansu under-reports ListOffsets)."""
+"""Faust transport corrections: the fetch wait setting, recovery end offsets
+read from a real fetch (Tansu under-reports ListOffsets), no stale acks, and
+offset jumps checked before Faust takes them for gaps."""
 
 import asyncio
 
@@ -69,3 +70,98 @@ async def test_recovery_reads_to_the_real_end_of_a_batched_changelog(kafka_boots
     assert await fetched_highwaters({"bootstrap_servers": kafka_bootstrap}, {tp: 0}) == {}
     assert await fetched_highwaters({"bootstrap_servers": "127.0.0.1:9"}, {tp: reported},
                                     timeout=2) == {}
+
+
+def _jump_check_consumer(monkeypatch, fetches):
+    """A worker consumer whose fetches return ``fetches`` (lists of offsets of
+    one partition) in turn, run through Faust's own drain loop."""
+    from faust.transport.consumer import Consumer as FaustConsumer
+    from faust.types import TP
+    from faust.types.tuples import Message
+
+    app = GuardrailFaustApp("jump-check", broker="kafka://127.0.0.1:9")
+    consumer, tp = app.consumer, TP("judgments", 0)
+    app.topics.acks_enabled_for = lambda topic: True
+    stopped = asyncio.Event()
+    fetcher = type("Fetcher", (), {"_stopped": stopped})()
+    seeks, processed = [], []
+
+    async def fetch(self, timeout):  # stands in for Faust's fetch from aiokafka
+        await self._wait_next_records(0)
+        if not fetches:
+            stopped.set()
+            return
+        for offset in fetches.pop(0):
+            yield tp, Message("judgments", 0, offset, 0.0, 0, [], b"k", b"v", None,
+                              generation_id=0, tp=tp)
+
+    async def seek_in_thread(tp_, offset):
+        seeks.append(offset)
+
+    async def on_message(message):
+        processed.append(message.offset)
+
+    async def no_records(timeout):
+        return {}, None
+
+    monkeypatch.setattr(FaustConsumer, "getmany", fetch)
+    monkeypatch.setattr(FaustConsumer, "_wait_next_records", lambda self, t: no_records(t))
+    monkeypatch.setattr(consumer._thread, "seek_in_thread", seek_in_thread, raising=False)
+    consumer.callback = on_message
+    return consumer, tp, fetcher, seeks, processed
+
+
+async def test_records_fetched_before_a_seek_never_make_faust_skip_offsets(monkeypatch):
+    # After a rebalance the partition is sought back to its committed offset,
+    # 3219, while a run fetched from further on (3405..) is still arriving.
+    consumer, tp, fetcher, seeks, processed = _jump_check_consumer(
+        monkeypatch, [[3405, 3406], [3219, 3220, 3221]])
+    consumer._read_offset[tp] = consumer._committed_offset[tp] = 3219
+    await consumer._drain_messages(fetcher)
+    assert processed == [3219, 3220, 3221]  # nothing skipped, nothing out of order
+    assert not consumer._gap[tp]  # no offset counted as acked without processing
+    assert seeks == [3219]  # read again from the position, in the consumer thread
+
+
+async def test_a_real_gap_is_passed_on_once_checked(monkeypatch):
+    # Offsets 12..14 do not exist (compaction, transaction markers): the fetch
+    # after the seek back to 11 shows the same jump, so it is real.
+    consumer, tp, fetcher, seeks, processed = _jump_check_consumer(
+        monkeypatch, [[10, 11], [15, 16], [11, 15, 16]])
+    consumer._committed_offset[tp] = 9
+    await consumer._drain_messages(fetcher)
+    assert processed == [10, 11, 11, 15, 16]  # 11 once more: read again from the position
+    assert [(i.begin, i.end) for i in consumer._gap[tp]] == [(12, 15)]
+    assert seeks == [11]
+
+
+async def test_a_check_made_before_a_new_seek_counts_for_nothing_after_it(monkeypatch):
+    # A jump from 11 is checked; then a rebalance seeks to 11 again, and records
+    # fetched before that seek can jump from 11 once more: checked again.
+    fetches = [[10, 11], [15, 16]]
+    consumer, tp, fetcher, seeks, processed = _jump_check_consumer(monkeypatch, fetches)
+    consumer._committed_offset[tp] = 9
+    await consumer._drain_messages(fetcher)
+    assert seeks == [11]
+    monkeypatch.setattr(consumer, "seek_to_committed", lambda: asyncio.sleep(0, {tp: 11}))
+    await consumer.perform_seek()
+    fetches.append([15, 16])
+    fetcher._stopped.clear()
+    await consumer._drain_messages(fetcher)
+    assert seeks == [11, 11] and processed == [10, 11] and not consumer._gap[tp]
+
+
+async def test_the_gap_never_counts_the_record_that_is_still_being_processed():
+    from faust.types import TP
+    from faust.types.tuples import Message
+
+    app = GuardrailFaustApp("gap-check", broker="kafka://127.0.0.1:9")
+    consumer, tp = app.consumer, TP("input", 0)
+    app.topics.acks_enabled_for = lambda topic: True
+    consumer._committed_offset[tp] = 9
+    # Read 11, then 15 arrives (12..14 do not exist): Faust records the gap.
+    await consumer._add_gap(tp, 12, 15)
+    for offset in (10, 11, 16):  # 16 finished before 15 (agent concurrency)
+        consumer.ack(Message("input", 0, offset, 0.0, 0, [], b"k", b"v", None,
+                             generation_id=0, tp=tp))
+    assert consumer._new_offset(tp) == 15  # not 17: 15 is still being processed
