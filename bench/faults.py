@@ -3,6 +3,7 @@
     python bench/faults.py                      # all scenarios, full size (~6 min)
     python bench/faults.py --quick              # CI sizes
     python bench/faults.py --only crash,outage
+    python bench/faults.py --only crash,rebalance --repeat 5
 
 Runs on the embedded broker (Tansu) with the stand-in judge server; every
 figure is measured, none is assumed.
@@ -19,6 +20,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -33,6 +35,10 @@ QUICK = {"crash": 1_500, "outage": 400, "outage_seconds": 16, "outage_latency": 
          "rebalance": 1_000}
 
 
+# Partition moves race with fetches and commits: one clean run proves little.
+REPEATABLE = ("crash", "rebalance")
+
+
 def _scenarios(size: dict[str, int], judge: JudgeServer, bootstrap: str, tmp: Path) -> dict:
     def fresh() -> JudgeServer:
         judge.reset()
@@ -44,21 +50,24 @@ def _scenarios(size: dict[str, int], judge: JudgeServer, bootstrap: str, tmp: Pa
         path.mkdir()
         return path
 
+    # Each takes the run number: repeated runs get a new folder and kill points.
     return {
-        "crash": lambda: faults.crash_scenario(bootstrap, fresh(), folder("crash"),
-                                               cases=size["crash"], kills=3, latency=0.05),
-        "outage": lambda: faults.outage_scenario(bootstrap, fresh(), folder("outage"),
-                                                 cases=size["outage"],
-                                                 outage_seconds=size["outage_seconds"],
-                                                 latency=size["outage_latency"]),
-        "garbage": lambda: asyncio.run(input_faults.garbage_scenario(fresh())),
-        "bad_input": lambda: input_faults.bad_input_scenario(bootstrap, fresh(),
-                                                             folder("bad_input")),
-        "injection": lambda: asyncio.run(input_faults.injection_scenario(fresh())),
-        "secrets": lambda: faults.secrets_scenario(bootstrap, fresh(), folder("secrets"),
-                                                   secret="sk-LEAKCHECK-0f9e8d7c6b5a"),
-        "rebalance": lambda: faults.rebalance_scenario(bootstrap, fresh(), folder("rebalance"),
-                                                       cases=size["rebalance"]),
+        "crash": lambda run: faults.crash_scenario(bootstrap, fresh(), folder(f"crash{run}"),
+                                                   cases=size["crash"], kills=3, latency=0.05,
+                                                   seed=7 + run),
+        "outage": lambda run: faults.outage_scenario(bootstrap, fresh(), folder("outage"),
+                                                     cases=size["outage"],
+                                                     outage_seconds=size["outage_seconds"],
+                                                     latency=size["outage_latency"]),
+        "garbage": lambda run: asyncio.run(input_faults.garbage_scenario(fresh())),
+        "bad_input": lambda run: input_faults.bad_input_scenario(bootstrap, fresh(),
+                                                                 folder("bad_input")),
+        "injection": lambda run: asyncio.run(input_faults.injection_scenario(fresh())),
+        "secrets": lambda run: faults.secrets_scenario(bootstrap, fresh(), folder("secrets"),
+                                                       secret="sk-LEAKCHECK-0f9e8d7c6b5a"),
+        "rebalance": lambda run: faults.rebalance_scenario(bootstrap, fresh(),
+                                                           folder(f"rebalance{run}"),
+                                                           cases=size["rebalance"]),
     }
 
 
@@ -93,10 +102,21 @@ def _verdict(name: str, f: dict) -> tuple[str, str]:
     return shown, "PASS" if ok else "FAIL"
 
 
+def _run(scenario: Any, run: int) -> dict:
+    started = time.monotonic()
+    figures = scenario(run)
+    figures.pop("logs", None)
+    figures["wall_seconds"] = round(time.monotonic() - started, 1)
+    return figures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="CI sizes")
     parser.add_argument("--only", help="comma-separated scenario names")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of each of %s (PASS only if every run passes)"
+                        % ", ".join(REPEATABLE))
     parser.add_argument("--json", default="bench/results/faults.json")
     args = parser.parse_args()
     size = QUICK if args.quick else FULL
@@ -106,14 +126,13 @@ def main() -> int:
         scenarios = _scenarios(size, judge, broker.bootstrap, Path(tmp))
         names = args.only.split(",") if args.only else list(scenarios)
         for name in names:
-            started = time.monotonic()
-            figures = scenarios[name]()
-            figures.pop("logs", None)
-            figures["wall_seconds"] = round(time.monotonic() - started, 1)
-            report[name] = figures
-            shown, verdict = _verdict(name, figures)
-            rows.append((name, shown, verdict, figures["wall_seconds"]))
-            print(f"{name:<10} {verdict}  {shown}  ({figures['wall_seconds']}s)", flush=True)
+            for run in range(args.repeat if name in REPEATABLE else 1):
+                label = name if run == 0 else f"{name} #{run + 1}"
+                figures = _run(scenarios[name], run)
+                report[label] = figures
+                shown, verdict = _verdict(name, figures)
+                rows.append((label, shown, verdict, figures["wall_seconds"]))
+                print(f"{label:<12} {verdict}  {shown}  ({figures['wall_seconds']}s)", flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, "
