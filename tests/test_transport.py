@@ -108,6 +108,12 @@ def _jump_check_consumer(monkeypatch, fetches):
     monkeypatch.setattr(FaustConsumer, "_wait_next_records", lambda self, t: no_records(t))
     monkeypatch.setattr(consumer._thread, "seek_in_thread", seek_in_thread, raising=False)
     consumer.callback = on_message
+    consumer._sought = {tp}  # already sought to its committed offset (see the hold tests)
+
+    async def faust_assigned(self, assigned, generation_id=0):  # tables, recovery: not here
+        return None
+
+    monkeypatch.setattr(FaustConsumer, "on_partitions_assigned", faust_assigned)
     return consumer, tp, fetcher, seeks, processed
 
 
@@ -149,6 +155,50 @@ async def test_a_check_made_before_a_new_seek_counts_for_nothing_after_it(monkey
     fetcher._stopped.clear()
     await consumer._drain_messages(fetcher)
     assert seeks == [11, 11] and processed == [10, 11] and not consumer._gap[tp]
+
+
+async def test_a_new_partition_is_read_only_from_where_the_seek_put_it(monkeypatch):
+    # Newly assigned; before Faust seeks it to its committed offset (2276) the
+    # consumer thread already fetched from 2344: nothing of that is processed
+    # (later reading 2276.. would come after records further on).
+    fetches = [[2344, 2345]]
+    consumer, tp, fetcher, seeks, processed = _jump_check_consumer(monkeypatch, fetches)
+    await consumer.on_partitions_assigned(set(), 1)
+    await consumer._drain_messages(fetcher)
+    assert processed == [] and seeks == []
+    monkeypatch.setattr(consumer, "seek_to_committed", lambda: asyncio.sleep(0, {tp: 2276}))
+    await consumer.perform_seek()
+    assert seeks == [2276]  # the held records are read again from the committed offset
+    fetches.append([2276, 2277])
+    fetcher._stopped.clear()
+    await consumer._drain_messages(fetcher)
+    assert processed == [2276, 2277] and not consumer._gap[tp]
+
+
+async def test_a_partition_without_a_committed_offset_is_read_from_its_first_held_record(
+        monkeypatch):
+    fetches = [[0, 1, 2]]
+    consumer, tp, fetcher, seeks, processed = _jump_check_consumer(monkeypatch, fetches)
+    await consumer.on_partitions_assigned(set(), 1)
+    await consumer._drain_messages(fetcher)
+    monkeypatch.setattr(consumer, "seek_to_committed", lambda: asyncio.sleep(0, {tp: None}))
+    await consumer.perform_seek()
+    assert processed == [] and seeks == [0]
+
+
+async def test_a_seek_interrupted_by_a_new_assignment_releases_nothing(monkeypatch):
+    fetches = [[2344]]
+    consumer, tp, fetcher, seeks, processed = _jump_check_consumer(monkeypatch, fetches)
+    await consumer.on_partitions_assigned(set(), 1)
+    await consumer._drain_messages(fetcher)
+
+    async def seek_then_rebalance():
+        await consumer.on_partitions_assigned(set(), 2)  # arrives while seeking
+        return {tp: 2276}
+
+    monkeypatch.setattr(consumer, "seek_to_committed", seek_then_rebalance)
+    await consumer.perform_seek()
+    assert seeks == [] and tp not in consumer._sought  # the next recovery seeks again
 
 
 async def test_the_gap_never_counts_the_record_that_is_still_being_processed():

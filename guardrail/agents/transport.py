@@ -1,4 +1,4 @@
-"""Faust's aiokafka transport with four corrections.
+"""Faust's aiokafka transport with five corrections.
 
 **Fetch wait.** faust-streaming 0.15.3 builds its worker consumer with
 ``fetch_max_wait_ms`` fixed at 1500. Kafka answers a fetch as soon as
@@ -26,21 +26,30 @@ not processed yet — a crash then loses them (seen as window counts a few
 short after SIGKILLs). The consumer here drops those acks: after the
 assignment the partition is re-read from its committed offset anyway.
 
+**Nothing read before the seek to the committed offset.** After a
+rebalance Faust resumes the new partitions and only *then* seeks them to
+their committed offsets; in between, records are processed from wherever the
+consumer thread had started. When that was ahead of the committed offset,
+the seek moves the position back and the records in between are read after
+records further on: the window counter takes them for redeliveries (its
+duplicate marks are per-cell high offsets) and never counts them. So the
+records of a newly assigned partition are held back until the seek is done
+and the partition is then read from the position the seek set.
+
 **No skipped offsets after a jump.** Faust tracks the last offset it read per
 partition; a record further on than the next one is taken for a gap (as left
-by compaction or transaction markers), the offsets in between are marked
-acked and, if they arrive later, dropped as already read. But a jump also
-happens when records fetched before a seek arrive after it: after a
-rebalance Faust seeks back to the committed offset while a fetch from further
-on is still on its way to it (caught in the fault suite's rebalance runs: a
-judgments partition jumped from 3219 to 3405, and the window counts came out
-short, because those offsets were committed unprocessed). So the consumer
-here checks every jump before Faust sees it: it drops the rest of that
-partition's batch and seeks back to the read position, in the consumer's own
-thread; a fetch that starts after that seek is read from the position, so a
-jump it still shows is real and is passed on. Faust's gap also included the
-jumped-to record itself, whose processing had only begun; it ends before it
-here.
+by compaction or transaction markers): the offsets in between are marked
+acked and, when they arrive later, dropped as already read. Records fetched
+before a seek can arrive after it, from ahead of the new position, and then
+everything in between is committed unprocessed: in the fault suite an input
+partition jumped from 2276 to 2344 after a rebalance and those 68 inputs
+were never judged. So every jump is checked before Faust sees it: the rest
+of that partition's batch is dropped and the partition is sought back to the
+read position, on the consumer's own thread, in turn with its fetches; a
+fetch that starts after that seek reads from the position, so a jump it
+still shows is real and is passed on. A check costs one extra fetch per
+jump. Faust's gap also included the jumped-to record itself while it was
+still being processed; here it ends before it.
 """
 
 from __future__ import annotations
@@ -139,6 +148,9 @@ class _Consumer(faust_aiokafka.Consumer):
         self._fetch_round = 0
         # Partition -> (read position it was sought back to, fetch round then).
         self._rewound: dict[Any, tuple[int, int]] = {}
+        self._sought: set[Any] = set()  # sought to the committed offset since assigned
+        self._held: dict[Any, int] = {}  # lowest offset held back before that seek
+        self._assignments = 0
 
     def _new_consumer_thread(self) -> _ConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -153,6 +165,9 @@ class _Consumer(faust_aiokafka.Consumer):
         async for tp, message in super().getmany(timeout):
             if tp in rewound_now:
                 continue  # the rest of an unchecked run: read again from the position
+            if tp not in self._sought and self.app.topics.acks_enabled_for(message.topic):
+                self._held[tp] = min(message.offset, self._held.get(tp, message.offset))
+                continue  # read again once the partition is sought
             if self._unchecked_jump(tp, message.offset, message.topic, fetch_round):
                 rewound_now.add(tp)
                 await self._rewind(tp, message.offset, fetch_round)
@@ -179,11 +194,36 @@ class _Consumer(faust_aiokafka.Consumer):
         # Faust passes the arriving record as ``offset_to`` and fills it too.
         await super()._add_gap(tp, offset_from, offset_to - 1)
 
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        self._unseek()
+        await super().on_partitions_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: Any, generation_id: int = 0) -> None:
+        self._unseek()
+        await super().on_partitions_assigned(assigned, generation_id)
+
+    def _unseek(self) -> None:
+        self._assignments += 1
+        self._sought.clear()
+        self._held.clear()
+
     async def perform_seek(self) -> None:
+        assignments = self._assignments
         try:
             await super().perform_seek()
         finally:  # a check made before or while it ran proves nothing after it
             self._rewound.clear()
+        if assignments == self._assignments:  # else the next assignment seeks again
+            self._sought.update(self._read_offset)  # every partition it sought
+            await self._release_held()
+
+    async def _release_held(self) -> None:
+        """Read the records held back before the seek again: from the position
+        the seek set, or (no committed offset) from the first one held."""
+        held, self._held = self._held, {}
+        for tp, first_held in held.items():
+            position = self._read_offset.get(tp)
+            await self._thread.seek_in_thread(tp, first_held if position is None else position)
 
     async def seek(self, partition: Any, offset: int) -> None:
         self._rewound.pop(partition, None)
