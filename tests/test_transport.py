@@ -201,6 +201,23 @@ async def test_a_seek_interrupted_by_a_new_assignment_releases_nothing(monkeypat
     assert seeks == [] and tp not in consumer._sought  # the next recovery seeks again
 
 
+async def test_a_seek_back_for_a_partition_revoked_meanwhile_is_left_out():
+    seeks = []
+
+    class Aiokafka:  # the consumer thread's client, just after a revocation
+        def assignment(self):
+            return {TopicPartition("input", 1)}
+
+        def seek(self, tp, offset):
+            seeks.append((tp, offset))
+
+    thread = GuardrailFaustApp("seek-check", broker="kafka://127.0.0.1:9").consumer._thread
+    thread._consumer = Aiokafka()
+    await thread._seek_now(TopicPartition("input", 0), 5)  # aiokafka would raise
+    await thread._seek_now(TopicPartition("input", 1), 7)
+    assert seeks == [(TopicPartition("input", 1), 7)]
+
+
 async def test_the_gap_never_counts_the_record_that_is_still_being_processed():
     from faust.types import TP
     from faust.types.tuples import Message

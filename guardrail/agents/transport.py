@@ -90,7 +90,9 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         await self.call_thread(self._seek_now, tp, offset)
 
     async def _seek_now(self, tp: Any, offset: int) -> None:
-        self._ensure_consumer().seek(tp, offset)
+        consumer = self._ensure_consumer()
+        if tp in consumer.assignment():  # else revoked meanwhile: nothing left to read
+            consumer.seek(tp, offset)
 
     def _probe_options(self) -> dict[str, Any]:
         transport, conf = self.transport, self.app.conf
