@@ -6,10 +6,25 @@ import asyncio
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from faust.transport.consumer import Consumer as FaustConsumer
+from faust.types import TP
+from faust.types.tuples import Message
 
 from guardrail.agents.transport import GuardrailFaustApp, fetched_highwaters
 from guardrail.kafka.topics import ensure_topics
 from guardrail.settings import load_settings
+
+
+def _offline_consumer(app_id):
+    """The worker consumer of an app that never connects; every topic acked."""
+    app = GuardrailFaustApp(app_id, broker="kafka://127.0.0.1:9")
+    app.topics.acks_enabled_for = lambda topic: True
+    return app.consumer
+
+
+def _message(tp, offset, generation=0):
+    return Message(tp.topic, tp.partition, offset, 0.0, 0, [], b"k", b"v", None,
+                   generation_id=generation, tp=tp)
 
 
 async def test_the_worker_consumer_waits_as_configured():
@@ -23,20 +38,10 @@ async def test_the_worker_consumer_waits_as_configured():
 
 
 async def test_acks_of_an_earlier_generation_never_reach_the_commit_bookkeeping():
-    from faust.types import TP
-    from faust.types.tuples import Message
-
-    app = GuardrailFaustApp("stale-ack-check", broker="kafka://127.0.0.1:9")
-    consumer = app.consumer
-    app.topics.acks_enabled_for = lambda topic: True
-    app.consumer_generation_id = 7
+    consumer = _offline_consumer("stale-ack-check")
+    consumer.app.consumer_generation_id = 7
     tp = TP("input", 0)
-
-    def message(offset, generation):
-        return Message("input", 0, offset, 0.0, 0, [], b"k", b"v", None,
-                       generation_id=generation, tp=tp)
-
-    stale, fresh = message(100, 6), message(100, 7)
+    stale, fresh = _message(tp, 100, 6), _message(tp, 100, 7)
     consumer._committed_offset[tp] = 100
     assert consumer.ack(stale) is False and stale.acked
     assert list(consumer._acked[tp]) == []  # nothing the commit could move past
@@ -75,13 +80,7 @@ async def test_recovery_reads_to_the_real_end_of_a_batched_changelog(kafka_boots
 def _jump_check_consumer(monkeypatch, fetches):
     """A worker consumer whose fetches return ``fetches`` (lists of offsets of
     one partition) in turn, run through Faust's own drain loop."""
-    from faust.transport.consumer import Consumer as FaustConsumer
-    from faust.types import TP
-    from faust.types.tuples import Message
-
-    app = GuardrailFaustApp("jump-check", broker="kafka://127.0.0.1:9")
-    consumer, tp = app.consumer, TP("judgments", 0)
-    app.topics.acks_enabled_for = lambda topic: True
+    consumer, tp = _offline_consumer("jump-check"), TP("judgments", 0)
     stopped = asyncio.Event()
     fetcher = type("Fetcher", (), {"_stopped": stopped})()
     seeks, processed = [], []
@@ -92,8 +91,7 @@ def _jump_check_consumer(monkeypatch, fetches):
             stopped.set()
             return
         for offset in fetches.pop(0):
-            yield tp, Message("judgments", 0, offset, 0.0, 0, [], b"k", b"v", None,
-                              generation_id=0, tp=tp)
+            yield tp, _message(tp, offset)
 
     async def seek_in_thread(tp_, offset):
         seeks.append(offset)
@@ -219,16 +217,10 @@ async def test_a_seek_back_for_a_partition_revoked_meanwhile_is_left_out():
 
 
 async def test_the_gap_never_counts_the_record_that_is_still_being_processed():
-    from faust.types import TP
-    from faust.types.tuples import Message
-
-    app = GuardrailFaustApp("gap-check", broker="kafka://127.0.0.1:9")
-    consumer, tp = app.consumer, TP("input", 0)
-    app.topics.acks_enabled_for = lambda topic: True
+    consumer, tp = _offline_consumer("gap-check"), TP("input", 0)
     consumer._committed_offset[tp] = 9
     # Read 11, then 15 arrives (12..14 do not exist): Faust records the gap.
     await consumer._add_gap(tp, 12, 15)
     for offset in (10, 11, 16):  # 16 finished before 15 (agent concurrency)
-        consumer.ack(Message("input", 0, offset, 0.0, 0, [], b"k", b"v", None,
-                             generation_id=0, tp=tp))
+        consumer.ack(_message(tp, offset))
     assert consumer._new_offset(tp) == 15  # not 17: 15 is still being processed
