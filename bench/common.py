@@ -28,13 +28,15 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# The fault scenarios and stream harness are test support in tests/support.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from aiokafka import AIOKafkaConsumer  # noqa: E402
 
 from guardrail.kafka.broker import EmbeddedBroker, free_port  # noqa: E402
 from guardrail.kafka.topics import ensure_topics  # noqa: E402
 from guardrail.settings import load_settings  # noqa: E402
-from guardrail.testing.harness import StreamEnv, produce  # noqa: E402
+from tests.support.harness import StreamEnv, produce  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent

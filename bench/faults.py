@@ -17,16 +17,19 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# The fault scenarios and stream harness are test support in tests/support.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from guardrail.kafka.broker import EmbeddedBroker  # noqa: E402
-from guardrail.testing import faults, input_faults  # noqa: E402
-from guardrail.testing.judge_server import JudgeServer  # noqa: E402
+from guardrail.local.rule_judge import JudgeServer  # noqa: E402
+from tests.support import faults, input_faults  # noqa: E402
 
 # outage_latency: the judge's per-call time, so the run is still busy when the outage starts.
 FULL = {"crash": 10_000, "outage": 2_000, "outage_seconds": 60, "outage_latency": 0.1,

@@ -2,7 +2,7 @@
 
     python bench/judge_proc.py --latency-ms 200
 
-Like ``python -m guardrail.testing.judge_server`` (first stdout line: the base
+Like ``python -m guardrail.local.rule_judge`` (first stdout line: the base
 URL; serves until SIGTERM), plus a last stdout line ``{"calls": N, ...}`` on
 exit (with calls answered per epoch second), so a benchmark can count judge
 calls without sharing a process (and a core) with the judge. Runs on uvloop when it is installed.
@@ -18,7 +18,7 @@ import signal
 import time
 from typing import Any
 
-from guardrail.testing.judge_server import JudgeServer
+from guardrail.local.rule_judge import JudgeServer
 
 
 class CountingJudge(JudgeServer):

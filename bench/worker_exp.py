@@ -31,8 +31,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 def stub_judge() -> None:
     from guardrail.judge import JudgeReply, LiteLLMJudge, Usage
+    from guardrail.local.rule_judge import make_verdict
     from guardrail.parsing import parse_answer
-    from guardrail.testing.judge_server import make_verdict
 
     async def instant(self: Any, prompt: Any, *, scoring_mode: str,
                       include_reasoning: bool) -> Any:

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from .cache import JudgmentCache, cache_key
 from .errors import JudgeError, JudgeUnavailable
 from .judge import Judge, JudgeReply, Usage
-from .models import (PASS_THRESHOLD, Case, CostEstimate, JudgeVerdict, MetricResult,
-                     MetricRubric, RedteamConfig, RedteamMetrics, ScoringMode)
+from .models import (PASS_THRESHOLD, Case, CostEstimate, JudgeVerdict, MetricResult, MetricRubric,
+                     RedteamConfig, RedteamMetrics, ScoringMode)
 from .parsing import ground_spans
 from .prompts import render_prompt
 from .rubrics import default_metrics, load_rubric_dir, merge_metrics

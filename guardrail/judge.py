@@ -29,11 +29,11 @@ import aiohttp
 
 from ._litellm import litellm, price_tokens
 from .errors import JudgeAnswerError, JudgeError, JudgeUnavailable
-from .judge_http import OpenAICompatibleClient, uses_direct_http
 from .models import ScoringMode
 from .parsing import BinaryAnswer, parse_answer, response_schema
 from .prompts import JudgePrompt
 from .settings import Settings
+from .transports import OpenAICompatibleClient, uses_direct_http
 
 __all__ = ["Judge", "JudgeReply", "Usage", "LiteLLMJudge"]
 

@@ -9,8 +9,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import pytest
 
+from guardrail.local.rule_judge import JudgeServer
 from guardrail.settings import Settings, load_settings
-from guardrail.testing.judge_server import JudgeServer
 
 
 @pytest.fixture

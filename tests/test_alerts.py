@@ -5,9 +5,9 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from guardrail.alerts import (AlertDispatcher, Cooldown, WindowCounts, check_rule, rule_for,
-                              two_proportion_p_value)
 from guardrail.settings import AlertRule
+from guardrail.stream.alerts import (AlertDispatcher, Cooldown, WindowCounts, check_rule, rule_for,
+                                     two_proportion_p_value)
 
 # --- the two-proportion test ------------------------------------------------------
 

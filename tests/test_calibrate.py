@@ -11,7 +11,7 @@ import pytest
 from guardrail.calibrate import (LabelledCase, calibrate, default_labels_path, read_labels,
                                  write_report)
 from guardrail.errors import InputError
-from guardrail.testing.judge_server import ErrorReply, JudgeServer
+from guardrail.local.rule_judge import ErrorReply, JudgeServer
 
 BIN = Path(sys.executable).parent
 

@@ -11,10 +11,10 @@ import pytest
 
 from guardrail._litellm import count_message_tokens
 from guardrail.estimate import estimate_nonce
+from guardrail.local.rule_judge import JudgeServer
 from guardrail.models import Case
 from guardrail.prompts import render_prompt
 from guardrail.rubrics import default_metrics
-from guardrail.testing.judge_server import JudgeServer
 
 SAMPLE = {
     "case_id": "shakespeare-hamlet-short",

@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from guardrail.demo import WINDOW_SECONDS, alert_rule, load_samples, settings_env, stamp_samples
-from guardrail.demo_stream import alert_lines, result_line
+from guardrail.demo.display import alert_lines, result_line
+from guardrail.demo.runner import (WINDOW_SECONDS, alert_rule, load_samples, settings_env,
+                                   stamp_samples)
 from guardrail.settings import load_settings
 
 

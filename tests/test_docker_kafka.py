@@ -15,8 +15,7 @@ import os
 import urllib.request
 
 import pytest
-
-from streaming import StreamEnv, consume, produce
+from support.harness import StreamEnv, consume, produce
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 

@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 import orjson
 import pytest
 
-from guardrail.envelope import (DLQ_MAX_ORIGINAL, BadInput, InputMessage, Source, decode_input,
-                                dlq_record, group_labels, result_record)
 from guardrail.models import CostEstimate, JudgeVerdict, MetricResult, RedteamMetrics
+from guardrail.stream.envelope import (DLQ_MAX_ORIGINAL, BadInput, InputMessage, Source,
+                                       decode_input, dlq_record, group_labels, result_record)
 
 LIMIT = 1_000_000
 NOON_MS = 1714564800000  # 2024-05-01T12:00:00Z

@@ -8,8 +8,8 @@ import pytest
 from guardrail.cache import MemoryCache
 from guardrail.evaluate import MISSING_OUTPUT, Evaluator, severity_to_score
 from guardrail.judge import LiteLLMJudge
+from guardrail.local.rule_judge import make_verdict
 from guardrail.models import Case
-from guardrail.testing.judge_server import make_verdict
 
 SPEC_CASE = {
     "case_id": "shakespeare-hamlet-short",

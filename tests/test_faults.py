@@ -4,9 +4,7 @@
 """
 
 import pytest
-
-from guardrail.testing.faults import (crash_scenario, outage_scenario, rebalance_scenario,
-                                      secrets_scenario)
+from support.faults import crash_scenario, outage_scenario, rebalance_scenario, secrets_scenario
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
 

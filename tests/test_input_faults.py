@@ -1,9 +1,8 @@
 """Content faults: judge garbage, prompt injection, bad input on the real worker."""
 
 import pytest
-
-from guardrail.testing.input_faults import (BAD_INPUTS, GARBAGE, INJECTIONS, bad_input_scenario,
-                                            garbage_scenario, injection_scenario)
+from support.input_faults import (BAD_INPUTS, GARBAGE, INJECTIONS, bad_input_scenario,
+                                  garbage_scenario, injection_scenario)
 
 
 async def test_judge_garbage_never_becomes_safe(judge_server):

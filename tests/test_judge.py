@@ -6,11 +6,10 @@ import pytest
 
 from guardrail.errors import ConfigError, JudgeAnswerError, JudgeError, JudgeUnavailable
 from guardrail.judge import LiteLLMJudge
+from guardrail.local.rule_judge import ContentReply, ErrorReply, hang, make_verdict
 from guardrail.models import Case
 from guardrail.prompts import render_prompt
 from guardrail.rubrics import default_metrics
-from guardrail.testing.judge_server import ContentReply, ErrorReply, hang, make_verdict
-
 
 
 @pytest.fixture(params=["litellm", "http"])

@@ -5,11 +5,11 @@ import orjson
 import pytest
 
 from guardrail.cache import MemoryCache
-from guardrail.envelope import Source
 from guardrail.evaluate import Evaluator
 from guardrail.judge import LiteLLMJudge
-from guardrail.processing import PARTIAL_OUTAGE_RETRIES, MessageJudge, RawMessage
-from guardrail.testing.judge_server import ErrorReply
+from guardrail.local.rule_judge import ErrorReply
+from guardrail.stream.envelope import Source
+from guardrail.stream.processing import PARTIAL_OUTAGE_RETRIES, MessageJudge, RawMessage
 
 
 @pytest.fixture

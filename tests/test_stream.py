@@ -7,8 +7,7 @@ import time
 import urllib.request
 
 import pytest
-
-from streaming import StreamEnv, WebhookSink, consume, produce
+from support.harness import StreamEnv, WebhookSink, consume, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 

@@ -3,9 +3,9 @@
 from types import SimpleNamespace
 
 from guardrail.agents.windows import WindowCounter
-from guardrail.alerts import AlertDispatcher
 from guardrail.settings import load_settings
-from guardrail.telemetry import Telemetry
+from guardrail.stream.alerts import AlertDispatcher
+from guardrail.stream.telemetry import Telemetry
 
 
 class FakeWindowed:

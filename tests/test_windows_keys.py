@@ -3,7 +3,7 @@
 import pytest
 
 from guardrail.agents.windows import window_bounds
-from guardrail.processing import partition_key, table_key
+from guardrail.stream.processing import partition_key, table_key
 
 V1 = {"model": "m", "model_version": "v1", "prompt_version": "p1"}
 V2 = {**V1, "model_version": "v2"}

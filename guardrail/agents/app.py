@@ -18,14 +18,14 @@ from pathlib import Path
 
 import faust
 
-from ..alerts import AlertDispatcher
 from ..cache import MemoryCache, SqliteCache
 from ..evaluate import Evaluator
 from ..judge import Judge, LiteLLMJudge
 from ..kafka.clients import resolve_bootstrap, ssl_context
-from ..processing import MessageJudge
 from ..settings import Settings
-from ..telemetry import Telemetry
+from ..stream.alerts import AlertDispatcher
+from ..stream.processing import MessageJudge
+from ..stream.telemetry import Telemetry
 from .transport import GuardrailFaustApp
 
 __all__ = ["GuardrailApp", "build_app", "faust_options"]

@@ -23,8 +23,8 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..envelope import Source
-from ..processing import Outgoing, RawMessage
+from ..stream.envelope import Source
+from ..stream.processing import Outgoing, RawMessage
 
 if TYPE_CHECKING:
     from .app import GuardrailApp

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..alerts import WindowCounts
-from ..envelope import utc_iso
-from ..telemetry import CONTENT_TYPE_LATEST
+from ..stream.alerts import WindowCounts
+from ..stream.envelope import utc_iso
+from ..stream.telemetry import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:
     from .app import GuardrailApp

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 import faust
 import orjson
 
-from ..alerts import Cooldown, WindowCounts, check_rule, rule_for
-from ..envelope import utc_iso
-from ..processing import table_key
 from ..settings import AlertRule
+from ..stream.alerts import Cooldown, WindowCounts, check_rule, rule_for
+from ..stream.envelope import utc_iso
+from ..stream.processing import table_key
 
 if TYPE_CHECKING:
     from .app import GuardrailApp

@@ -34,7 +34,10 @@ else:
     _STREAM_IMPORT_ERROR = None
     _register_stream(cli)
 
-from .local import register as _register_local
+from .calibrate import calibrate_command  # noqa: E402
+from .local import register as _register_local  # noqa: E402
+
+cli.add_command(calibrate_command)
 _register_local(cli)
 
 

@@ -13,11 +13,11 @@ from typing import Any
 import click
 import orjson
 
-from ..envelope import parse_event_time
 from ..inputs import parse_records
 from ..kafka.broker import DEFAULT_PORT, EmbeddedBroker
 from ..kafka.io import produce_records, tail_records
 from ..kafka.topics import ensure_topics
+from ..stream.envelope import parse_event_time
 from .batch import settings_from_flags, settings_options
 
 __all__ = ["register"]
@@ -128,7 +128,7 @@ def _time(value: str | None) -> int | None:
 def replay_command(start: str, end: str | None, topic: str | None, results_topic: str | None,
                    fire_alerts: bool, **flags: Any) -> None:
     """Re-judge a time range of a topic, then stop."""
-    from ..replay import replay
+    from ..kafka.replay import replay
 
     settings = _settings(**flags)
     start_ms, end_ms = _time(start), _time(end)

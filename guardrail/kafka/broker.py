@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import IO
 
+from .._processes import free_port, port_open, port_taken
 from ..errors import ConfigError
 
 __all__ = ["EmbeddedBroker", "find_broker_binary", "free_port", "DEFAULT_PORT"]
@@ -36,26 +36,6 @@ def find_broker_binary() -> str:
         raise ConfigError(str(exc)) from None
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _port_taken(port: int) -> bool:
-    """True when anything holds the port, listening or merely bound."""
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
 
 
 class EmbeddedBroker:
@@ -77,7 +57,7 @@ class EmbeddedBroker:
                 "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
 
     def start(self, timeout: float = 20.0) -> EmbeddedBroker:
-        if _port_taken(self.port):
+        if port_taken(self.port):
             raise ConfigError(f"port {self.port} is already in use; pick another with --port")
         out = subprocess.DEVNULL
         if self.log_path is not None:
@@ -86,7 +66,7 @@ class EmbeddedBroker:
         self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
                                         env={**os.environ, "RUST_LOG": "warn"})
         deadline = time.monotonic() + timeout
-        while not _port_open(self.port):
+        while not port_open(self.port):
             if self.process.poll() is not None:
                 raise ConfigError(f"embedded broker on port {self.port} exited with code "
                                   f"{self.process.returncode}")

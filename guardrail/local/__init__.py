@@ -12,8 +12,8 @@ or from Python::
 Nothing here downloads at run time: the weights come from installed packages.
 """
 
-from .model import (DEFAULT_MODEL_SHA256, ModelIntegrityError, assemble_model,
-                    default_cache_dir, ensure_default_model, find_default_parts)
+from .model import (DEFAULT_MODEL_SHA256, ModelIntegrityError, assemble_model, default_cache_dir,
+                    ensure_default_model, find_default_parts)
 
 __all__ = ["DEFAULT_MODEL_SHA256", "ModelIntegrityError", "assemble_model",
            "default_cache_dir", "ensure_default_model", "find_default_parts"]

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from .._processes import free_port
 from ..errors import ConfigError
-from ..kafka.broker import free_port
 from .model import INSTALL_HINT
 
 __all__ = ["LocalJudgeServer", "ServerOptions", "serve", "LOCAL_JUDGE_MODEL", "judge_settings",

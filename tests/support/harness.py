@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from guardrail.kafka.broker import free_port
+from guardrail._processes import free_port
 
 BIN = Path(sys.executable).parent
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from .settings import AlertRule
+from ..settings import AlertRule
 
 __all__ = ["WindowCounts", "two_proportion_p_value", "check_rule", "Cooldown",
            "AlertDispatcher", "rule_for"]

@@ -19,9 +19,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..settings import Settings
+from guardrail.local.rule_judge import JudgeServer
+from guardrail.settings import Settings
+
 from .harness import StreamEnv, TopicWatcher, consume, produce
-from .judge_server import JudgeServer
 
 __all__ = ["crash_scenario", "outage_scenario", "rebalance_scenario", "secrets_scenario",
            "sample_cases", "delivery_figures"]
@@ -224,7 +225,7 @@ def _window_totals(web_port: int, *, expect: int, timeout: float = 30) -> int:
 def secrets_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *,
                      secret: str) -> dict[str, Any]:
     """Debug logging, a key-echoing judge error, bad input and an alert: find the key."""
-    from .judge_server import ErrorReply
+    from guardrail.local.rule_judge import ErrorReply
 
     judge.reset()
     judge.script(ErrorReply(401, message=f"Incorrect API key provided: {secret}"))

@@ -29,11 +29,12 @@ from typing import Any
 
 import orjson
 
-from .demo_stream import DemoStream
-from .errors import ConfigError, GuardrailError
-from .kafka.broker import EmbeddedBroker, free_port
-from .local.processes import Child, guardrail_argv, wait_for_port
-from .settings import AlertRule, Settings
+from .._processes import Child, free_port, guardrail_argv, wait_for_port
+from ..errors import ConfigError, GuardrailError
+from ..kafka.broker import EmbeddedBroker
+from ..kafka.demo_stream import DemoStream
+from ..settings import AlertRule, Settings
+from .display import alert_lines, result_line
 
 __all__ = ["DemoOptions", "Demo", "load_samples", "settings_env", "JUDGES"]
 
@@ -58,7 +59,7 @@ class DemoOptions:
 
 def load_samples() -> list[dict[str, Any]]:
     """The built-in sample answers (package data), v1 first."""
-    text = resources.files("guardrail").joinpath("demo_data", "samples.jsonl").read_text(
+    text = resources.files("guardrail.demo").joinpath("samples.jsonl").read_text(
         encoding="utf-8")
     return [orjson.loads(line) for line in text.splitlines() if line.strip()]
 
@@ -155,7 +156,8 @@ class Demo:
         stream: DemoStream | None = None
         try:
             settings = self._start_services()
-            stream = DemoStream(settings, echo=self._say, children=self.children,
+            stream = DemoStream(settings, echo=self._say, show=self._show,
+                                children=self.children,
                                 idle_timeout=self.options.idle_timeout,
                                 alert_timeout=self.options.alert_timeout)
             complete = stream.run(stamp_samples(load_samples(), time.time()),
@@ -172,6 +174,10 @@ class Demo:
             signal.signal(signal.SIGTERM, previous)
         self._write_summary(stream, code)
         return code
+
+    def _show(self, kind: str, record: dict[str, Any]) -> None:
+        for line in alert_lines(record) if kind == "alert" else [result_line(record)]:
+            self._say(line)
 
     def _say(self, text: str) -> None:
         self.echo(f"[{time.monotonic() - self.started:6.1f}s] {text}")
@@ -209,7 +215,7 @@ class Demo:
     def _start_judge(self) -> dict[str, Any]:
         kind = _judge_kind(self.options.judge, self.settings)
         if kind == "rules":
-            from .testing.judge_server import JudgeServer
+            from ..local.rule_judge import JudgeServer
 
             self._rule_server = JudgeServer().start_in_thread()
             self._say("judge: the stand-in rule judge (flags words like 'idiot'; not a model)")
@@ -226,8 +232,8 @@ class Demo:
                               "no model)") from None
 
     def _start_local_judge(self) -> dict[str, Any]:
-        from .local.model import ensure_default_model
-        from .local.server import judge_settings, require_runtime
+        from ..local.model import ensure_default_model
+        from ..local.server import judge_settings, require_runtime
 
         require_runtime()  # fail here with the install hint, not in a child's log
         path = self.options.model_path

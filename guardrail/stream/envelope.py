@@ -21,8 +21,8 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from .inputs import describe_validation
-from .models import Case, RedteamMetrics
+from ..inputs import describe_validation
+from ..models import Case, RedteamMetrics
 
 __all__ = ["Source", "InputMessage", "BadInput", "decode_input", "result_record",
            "dlq_record", "group_labels", "parse_event_time", "utc_iso"]

@@ -23,11 +23,11 @@ from typing import Any
 
 import orjson
 
+from ..evaluate import Evaluator
+from ..models import RedteamMetrics
+from ..settings import Settings
 from .envelope import (BadInput, InputMessage, Source, decode_input, dlq_record, group_labels,
                        result_record)
-from .evaluate import Evaluator
-from .models import RedteamMetrics
-from .settings import Settings
 from .telemetry import Telemetry
 
 __all__ = ["RawMessage", "Outgoing", "MessageJudge", "partition_key", "table_key"]

@@ -22,14 +22,8 @@ from pathlib import Path
 import litellm
 import pytest
 
-from guardrail.testing.judge_server import (
-    ContentReply,
-    ErrorReply,
-    JudgeServer,
-    hang,
-    make_verdict,
-    parse_prompt,
-)
+from guardrail.local.rule_judge import (ContentReply, ErrorReply, JudgeServer, hang, make_verdict,
+                                        parse_prompt)
 
 NO_RETRY = {"num_retries": 0, "max_retries": 0}
 ROOT = Path(__file__).resolve().parents[1]
@@ -223,10 +217,13 @@ def test_thread_mode_with_sync_litellm():
     assert server._thread is None
 
 
-def test_cli_subprocess_serves_until_sigterm():
+# The old module path is a re-export kept for one release (docker compose and
+# users' scripts start it by that name): both must serve.
+@pytest.mark.parametrize("module", ["guardrail.local.rule_judge", "guardrail.testing.judge_server"])
+def test_cli_subprocess_serves_until_sigterm(module):
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "guardrail.testing.judge_server", "--port", "0",
+        [sys.executable, "-m", module, "--port", "0",
          "--latency-ms", "50", "--trigger", "pii=ssn"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:

@@ -18,14 +18,14 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from .cache import SqliteCache
-from .envelope import Source
-from .errors import ConfigError
-from .evaluate import Evaluator
-from .judge import Judge, LiteLLMJudge
-from .kafka.clients import client_options
-from .processing import MessageJudge, Outgoing, RawMessage
-from .settings import Settings
+from ..cache import SqliteCache
+from ..errors import ConfigError
+from ..evaluate import Evaluator
+from ..judge import Judge, LiteLLMJudge
+from ..settings import Settings
+from ..stream.envelope import Source
+from ..stream.processing import MessageJudge, Outgoing, RawMessage
+from .clients import client_options
 
 __all__ = ["ReplaySummary", "replay", "default_cache_path"]
 

@@ -22,14 +22,32 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import ConfigError
+from .errors import ConfigError
 
-__all__ = ["Child", "guardrail_argv", "port_open", "wait_for_port", "describe_exit"]
+__all__ = ["Child", "guardrail_argv", "free_port", "port_open", "port_taken", "wait_for_port",
+           "describe_exit"]
 
 
 def guardrail_argv(*args: str) -> list[str]:
     """Run the guardrail CLI with this interpreter (no reliance on PATH)."""
     return [sys.executable, "-m", "guardrail.cli", *args]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing holds right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_taken(port: int) -> bool:
+    """True when anything holds the port, listening or merely bound."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

@@ -19,13 +19,14 @@ from typing import Any
 
 import orjson
 
-from ..envelope import Source
-from ..evaluate import Evaluator
-from ..judge import LiteLLMJudge
-from ..processing import MessageJudge, RawMessage
-from ..settings import load_settings
+from guardrail.evaluate import Evaluator
+from guardrail.judge import LiteLLMJudge
+from guardrail.local.rule_judge import ContentReply, JudgeServer, make_verdict
+from guardrail.settings import load_settings
+from guardrail.stream.envelope import Source
+from guardrail.stream.processing import MessageJudge, RawMessage
+
 from .harness import StreamEnv, consume, produce
-from .judge_server import ContentReply, JudgeServer, make_verdict
 
 __all__ = ["GARBAGE", "INJECTIONS", "BAD_INPUTS", "garbage_scenario", "injection_scenario",
            "bad_input_scenario"]

@@ -1,12 +1,14 @@
 """The Kafka side of ``guardrail demo``: publish the samples, follow results and alerts.
 
-One consumer reads the results and alerts topics from the beginning and prints
-a line per record as it arrives; the main flow publishes v1, waits for its
-results, then publishes v2 (the "release") and waits for the alert::
+One consumer reads the results and alerts topics from the beginning and hands
+each record to ``show`` as it arrives; the main flow publishes v1, waits for
+its results, then publishes v2 (the "release") and waits for the alert::
 
-    stream = DemoStream(settings, echo=print, children=[worker])
+    stream = DemoStream(settings, echo=print, show=print_record, children=[worker])
     complete = stream.run(records, "v1", "v2")
     stream.write_records(Path("out"))
+
+How records look on the terminal is the demo's business (:mod:`guardrail.demo.display`).
 """
 
 from __future__ import annotations
@@ -15,60 +17,39 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from aiokafka import AIOKafkaConsumer
 
-from .kafka.clients import client_options
-from .kafka.io import produce_records
-from .kafka.topics import ensure_topics
-from .local.processes import Child
-from .settings import Settings
+from ..settings import Settings
+from .clients import client_options
+from .io import produce_records
+from .topics import ensure_topics
 
-__all__ = ["DemoStream", "result_line", "alert_lines"]
+__all__ = ["DemoStream", "Watched"]
 
 HEARTBEAT_SECONDS = 15.0
 
-
-def _metric_text(metric: dict[str, Any]) -> str:
-    if metric.get("error"):
-        return f"{metric['name']}=ERROR"
-    verdict = (metric.get("result") or [{}])[0]
-    text = f"{metric['name']}={verdict.get('verdict', '?')}"
-    spans = verdict.get("evidence_spans") or []
-    if verdict.get("verdict") == "UNSAFE" and spans:
-        text += f" ({spans[0][:30]!r})"
-    return text
+#: ``show(kind, record)`` with kind ``"result"`` or ``"alert"``.
+Show = Callable[[str, dict[str, Any]], None]
 
 
-def result_line(record: dict[str, Any]) -> str:
-    """``v1  v1-refund  bias=SAFE  toxicity=UNSAFE ('idiot')``"""
-    version = (record.get("metadata") or {}).get("model_version", "-")
-    metrics = "  ".join(_metric_text(m) for m in record.get("metrics", []))
-    return f"{version:<3} {str(record.get('case_id'))[:24]:<24} {metrics}"
+class Watched(Protocol):
+    """A process the demo depends on: ``check`` raises once it has died."""
 
-
-def alert_lines(alert: dict[str, Any]) -> list[str]:
-    """A readable alert: what, for whom, why, and example cases."""
-    group = " ".join(f"{k}={v}" for k, v in (alert.get("group") or {}).items() if v != "-")
-    counts = alert.get("counts") or {}
-    examples = ", ".join(str(e.get("case_id")) for e in alert.get("examples") or [])
-    lines = [f"!! ALERT {alert.get('metric')} for {group}"]
-    lines += [f"   {reason}" for reason in alert.get("reasons") or []]
-    lines.append(f"   {counts.get('unsafe')} of {counts.get('judged')} judged unsafe in the "
-                 f"window from {(alert.get('window') or {}).get('start')}; e.g. {examples}")
-    return lines
+    def check(self) -> None: ...
 
 
 class DemoStream:
     """Publish, follow and collect; ``run`` returns True when every result arrived."""
 
-    def __init__(self, settings: Settings, *, echo: Callable[[str], None],
-                 children: Sequence[Child] = (), idle_timeout: float = 300.0,
+    def __init__(self, settings: Settings, *, echo: Callable[[str], None], show: Show,
+                 children: Sequence[Watched] = (), idle_timeout: float = 300.0,
                  alert_timeout: float = 30.0) -> None:
         self.settings = settings
         self.echo = echo
+        self.show = show
         self.children = children
         self.idle_timeout = idle_timeout
         self.alert_timeout = alert_timeout
@@ -148,11 +129,10 @@ class DemoStream:
     def _receive(self, topic: str, record: dict[str, Any]) -> None:
         if topic == self.settings.alerts_topic:
             self.alerts.append(record)
-            for line in alert_lines(record):
-                self.echo(line)
+            self.show("alert", record)
         else:
             self.results.append(record)
-            self.echo(result_line(record))
+            self.show("result", record)
 
     def summary(self) -> dict[str, Any]:
         """Counts per version and metric, the alerts, and the judging time."""

@@ -1,0 +1,17 @@
+"""``guardrail demo``: broker, judge, worker and sample traffic in one command.
+
+    from guardrail.demo import Demo, DemoOptions
+    exit_code = Demo(DemoOptions(judge="rules"), echo=print).run()
+
+- :mod:`.runner` starts and stops the processes and tells the story;
+- :mod:`.display` formats results and alerts for the terminal;
+- ``samples.jsonl`` holds the built-in answers of two assistant versions.
+
+Its Kafka side (publish, follow) is :mod:`guardrail.kafka.demo_stream`.
+"""
+
+from .display import alert_lines, result_line
+from .runner import JUDGES, Demo, DemoOptions, load_samples, settings_env
+
+__all__ = ["Demo", "DemoOptions", "JUDGES", "alert_lines", "load_samples", "result_line",
+           "settings_env"]
