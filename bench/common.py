@@ -136,8 +136,8 @@ def new_env(bootstrap: str, api_base: str, tmp: Path, *, extra_topics: tuple[str
     settings.setdefault("batch_within", 0.05)
     env = StreamEnv(bootstrap, api_base, tmp, **settings)
     s = load_settings(environ=env.env)
-    plan = {name: s.topic_partitions for name in (*env.topics.values(), *extra_topics)}
-    asyncio.run(ensure_topics(s, plan))
+    plan = {name: s.kafka.topic_partitions for name in (*env.topics.values(), *extra_topics)}
+    asyncio.run(ensure_topics(s.kafka, plan))
     return env
 
 

@@ -25,11 +25,11 @@ def faust_app(settings: Settings) -> Any:
 
     from guardrail.agents.app import faust_options
 
-    app = faust.App(f"{settings.app_id}-faust", **faust_options(settings))
+    app = faust.App(f"{settings.kafka.app_id}-faust", **faust_options(settings))
     raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
            "value_serializer": "raw"}
-    source = app.topic(settings.input_topic, **raw)
-    output = app.topic(settings.results_topic, **raw)
+    source = app.topic(settings.kafka.input_topic, **raw)
+    output = app.topic(settings.kafka.results_topic, **raw)
 
     @app.agent(source, name="bench.passthrough", concurrency=1)
     async def copy(stream: Any) -> None:
@@ -66,14 +66,14 @@ async def run_raw(settings: Settings) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    consumer = AIOKafkaConsumer(settings.input_topic, group_id=f"{settings.app_id}-raw",
+    consumer = AIOKafkaConsumer(settings.kafka.input_topic, group_id=f"{settings.kafka.app_id}-raw",
                                 auto_offset_reset="earliest", enable_auto_commit=False,
-                                **client_options(settings))
-    producer = AIOKafkaProducer(acks="all", linger_ms=5, **client_options(settings))
+                                **client_options(settings.kafka))
+    producer = AIOKafkaProducer(acks="all", linger_ms=5, **client_options(settings.kafka))
     await consumer.start()
     await producer.start()
     try:
-        await _copy_batches(consumer, producer, settings.results_topic, stop)
+        await _copy_batches(consumer, producer, settings.kafka.results_topic, stop)
     finally:
         await producer.stop()
         await consumer.stop()

@@ -23,7 +23,7 @@ from common import meta, print_table, row, write_json  # noqa: E402
 from guardrail._litellm import price_tokens  # noqa: E402
 from guardrail.estimate import estimate_case  # noqa: E402
 from guardrail.evaluate import Evaluator  # noqa: E402
-from guardrail.judge import LiteLLMJudge  # noqa: E402
+from guardrail.judge import LLMJudge  # noqa: E402
 from guardrail.models import Case, RedteamConfig  # noqa: E402
 from guardrail.settings import Settings  # noqa: E402
 
@@ -44,7 +44,7 @@ OUTPUTS = {"one-liner": "Thanks for asking, the meeting moved to 3 pm on Thursda
 def per_message(model: str, mode: str, reasoning: bool, output: str) -> dict[str, Any]:
     settings = Settings(judge_model=model,
                         redteam=RedteamConfig(scoring_mode=mode, include_reasoning=reasoning))
-    evaluator = Evaluator(LiteLLMJudge(settings), settings=settings)
+    evaluator = Evaluator(LLMJudge(settings.judge), evaluation=settings.evaluation)
     est = estimate_case(Case(case_id="bench", output=output), evaluator, model=model)
     cost = price_tokens(model, est.input_tokens, est.output_tokens)
     return {"calls": est.calls, "input_tokens": est.input_tokens,

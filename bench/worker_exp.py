@@ -30,7 +30,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 def stub_judge() -> None:
-    from guardrail.judge import JudgeReply, LiteLLMJudge, Usage
+    from guardrail.judge import JudgeReply, LLMJudge, Usage
     from guardrail.local.rule_judge import make_verdict
     from guardrail.parsing import parse_answer
 
@@ -42,7 +42,7 @@ def stub_judge() -> None:
                               include_reasoning=include_reasoning, judged=prompt.judged)
         return JudgeReply(answer=answer, usage=Usage(0, 0, 0.0))
 
-    LiteLLMJudge.__call__ = instant  # type: ignore[method-assign]
+    LLMJudge.__call__ = instant  # type: ignore[method-assign]
 
 
 def via_litellm() -> None:

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cache import SqliteCache
-from .evaluate import Evaluator, aggregate_cost
+from .evaluate import aggregate_cost, build_evaluator
 from .inputs import InputProblem
-from .judge import Judge, LiteLLMJudge
+from .judge import Judge
 from .models import Case, CostEstimate, RedteamMetrics, dumps
 from .settings import Settings
 
@@ -104,12 +103,11 @@ async def run_batch(
 ) -> BatchSummary:
     """Judge cases concurrently (bounded by the judge's limit) and write files."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    cache = SqliteCache(settings.cache_path) if settings.cache_path else None
-    evaluator = Evaluator(judge or LiteLLMJudge(settings), settings=settings, cache=cache)
-    summary = BatchSummary(judge_model=settings.judge_model,
+    evaluator = build_evaluator(settings, judge=judge)
+    summary = BatchSummary(judge_model=settings.judge.model,
                            input_problems=[str(p) for p in problems or []])
     taken: set[str] = {"summary"}
-    gate = asyncio.Semaphore(max(1, settings.judge_concurrency))
+    gate = asyncio.Semaphore(max(1, settings.judge.concurrency))
     totals: list[Any] = []
 
     async def judge_one(index: int, case: Case) -> tuple[int, Case, RedteamMetrics]:
@@ -139,6 +137,4 @@ async def run_batch(
         totals.extend(metrics.metrics)
     summary.cost = aggregate_cost(totals)
     (output_dir / "summary.json").write_bytes(dumps(summary.to_json(), indent=True))
-    if cache is not None:
-        cache.close()
     return summary

@@ -4,7 +4,7 @@ The key covers everything that decides a verdict — judge model, scoring mode,
 reasoning flag, the full rubric, and the judged field texts::
 
     cache = SqliteCache("judgments.db")
-    evaluator = Evaluator(judge, settings=settings, cache=cache)
+    evaluator = Evaluator(judge, evaluation=settings.evaluation, cache=cache)
 
 Only successful judgments are stored; errors are always retried.
 """
@@ -47,6 +47,8 @@ class JudgmentCache(Protocol):
 
     def put(self, key: str, result: MetricResult) -> None: ...
 
+    def close(self) -> None: ...
+
 
 class MemoryCache:
     """A bounded in-process LRU cache."""
@@ -69,6 +71,9 @@ class MemoryCache:
         self._data.move_to_end(key)
         while len(self._data) > self._max:
             self._data.popitem(last=False)
+
+    def close(self) -> None:
+        """Nothing to release."""
 
 
 class SqliteCache:

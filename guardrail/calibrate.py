@@ -31,9 +31,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import InputError
-from .evaluate import Evaluator
+from .evaluate import build_evaluator
 from .inputs import describe_validation
-from .judge import Judge, LiteLLMJudge
+from .judge import Judge
 from .models import Case, MetricResult
 from .settings import Settings
 
@@ -205,16 +205,16 @@ async def calibrate(cases: Sequence[LabelledCase], *, settings: Settings,
                     judge: Judge | None = None, progress: Any = None) -> CalibrationReport:
     """Judge every labelled case with its metric only; measure agreement.
 
-    Calls run ``settings.judge_concurrency`` at a time, so each latency is one
+    Calls run ``settings.judge.concurrency`` at a time, so each latency is one
     judge call, not time spent queueing behind others.
     """
-    evaluator = Evaluator(judge or LiteLLMJudge(settings), settings=settings)
+    evaluator = build_evaluator(settings, judge=judge)
     rubrics = {m.name: m for m in evaluator.base_metrics}
     unknown = sorted({c.metric for c in cases} - set(rubrics))
     if unknown:
         raise InputError(f"labels name unknown metrics {unknown}; known: {sorted(rubrics)} "
                          "(add rubrics with --rubric-dir)")
-    limit = asyncio.Semaphore(settings.judge_concurrency)
+    limit = asyncio.Semaphore(settings.judge.concurrency)
     started = time.perf_counter()
 
     async def one(index: int, labelled: LabelledCase) -> Outcome:
@@ -238,7 +238,7 @@ async def calibrate(cases: Sequence[LabelledCase], *, settings: Settings,
         reports.setdefault(outcome.case.metric, MetricReport(outcome.case.metric)
                            ).outcomes.append(outcome)
     return CalibrationReport(judge_model=evaluator.judge.model,
-                             scoring_mode=settings.redteam.scoring_mode, metrics=reports,
+                             scoring_mode=settings.evaluation.redteam.scoring_mode, metrics=reports,
                              seconds=time.perf_counter() - started)
 
 

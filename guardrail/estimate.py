@@ -3,7 +3,7 @@
 No API call is made. Input tokens are litellm's count of the exact messages
 the judge would receive; output tokens are an expected answer size per mode::
 
-    report = estimate_cases(cases, evaluator)
+    report = estimate_cases(cases, evaluator, judge=settings.judge)
     report.total.cost    # None when the judge model has no known price
 """
 
@@ -17,6 +17,7 @@ from ._litellm import count_message_tokens, price_tokens
 from .evaluate import Evaluator
 from .models import Case, CostEstimate, ScoringMode
 from .prompts import render_prompt
+from .settings import JudgeSettings
 
 __all__ = ["EXPECTED_OUTPUT_TOKENS", "estimate_nonce", "CaseEstimate", "EstimateReport",
            "estimate_cases"]
@@ -75,17 +76,17 @@ def estimate_case(case: Case, evaluator: Evaluator, *, model: str) -> CaseEstima
     return CaseEstimate(case_id, calls, input_tokens, per_call * calls)
 
 
-def estimate_cases(cases: Iterable[Case], evaluator: Evaluator) -> EstimateReport:
+def estimate_cases(cases: Iterable[Case], evaluator: Evaluator, *,
+                   judge: JudgeSettings) -> EstimateReport:
     """Estimate every case and price the total with the judge model's prices."""
-    settings = evaluator.settings
-    model = settings.judge_model
+    model = judge.model
     report = EstimateReport(model=model)
     report.cases = [estimate_case(case, evaluator, model=model) for case in cases]
     input_tokens = sum(c.input_tokens for c in report.cases)
     output_tokens = sum(c.output_tokens for c in report.cases)
     cost = price_tokens(model, input_tokens, output_tokens,
-                        input_cost_per_token=settings.judge_input_cost_per_token,
-                        output_cost_per_token=settings.judge_output_cost_per_token)
+                        input_cost_per_token=judge.input_cost_per_token,
+                        output_cost_per_token=judge.output_cost_per_token)
     report.price_known = cost is not None
     report.total = CostEstimate(cost=cost, input_tokens=float(input_tokens),
                                 output_tokens=float(output_tokens))

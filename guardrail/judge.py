@@ -1,50 +1,42 @@
 """The LLM judge: one rubric, one case, one validated answer.
 
-A judge is any async callable matching :class:`Judge`; :class:`LiteLLMJudge`
+A judge is any async callable matching :class:`Judge`; :class:`LLMJudge`
 reaches every provider litellm knows (``openai/...``, ``anthropic/...``,
-``ollama/...``, ``hosted_vllm/...``)::
+``ollama/...``, ``hosted_vllm/...``) through a :mod:`transport <guardrail.transports>`
+chosen once from its settings::
 
-    judge = LiteLLMJudge(load_settings(judge_model="openai/gpt-4o-mini"))
+    judge = LLMJudge(load_settings(judge_model="openai/gpt-4o-mini").judge)
     reply = await judge(prompt, scoring_mode="binary_yes_no", include_reasoning=False)
     reply.answer.verdict   # "SAFE" | "UNSAFE"
+    await judge.aclose()
 
 Calls share one concurrency limit, have a timeout, and retry 429/5xx/timeouts
-with backoff. A self-hosted OpenAI-compatible judge (``openai/`` or
-``hosted_vllm/`` with ``judge_api_base``) is called over plain HTTP instead of
-through litellm (``judge_transport``; see :mod:`guardrail.judge_http`). A
-garbled answer gets one repair retry; anything still invalid raises
-:class:`JudgeAnswerError` — the caller records it as the metric's error, never
-as SAFE.
+with backoff. A garbled answer gets one repair retry; anything still invalid
+raises :class:`JudgeAnswerError` — the caller records it as the metric's
+error, never as SAFE.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import aiohttp
-
-from ._litellm import litellm, price_tokens
+from ._litellm import price_tokens
 from .errors import JudgeAnswerError, JudgeError, JudgeUnavailable
 from .models import ScoringMode
 from .parsing import BinaryAnswer, parse_answer, response_schema
 from .prompts import JudgePrompt
-from .settings import Settings
-from .transports import OpenAICompatibleClient, uses_direct_http
+from .settings import JudgeSettings
+from .transports import Transport, make_transport, status_of
 
-__all__ = ["Judge", "JudgeReply", "Usage", "LiteLLMJudge"]
+__all__ = ["Judge", "JudgeReply", "Usage", "LLMJudge", "LiteLLMJudge"]
 
 _REPAIR = (
     "Your previous answer was not valid: {error}. Reply again with only the JSON "
     "object, exactly the keys asked for, no other text."
 )
-_TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
-#: A wrong key, model or endpoint fails every call alike: an outage of the
-#: judge, not a property of the message.
-_OUTAGE_STATUS = {401, 403, 404}
 
 
 @dataclass
@@ -76,35 +68,24 @@ class Judge(Protocol):
                        include_reasoning: bool) -> JudgeReply: ...
 
 
-def _status_of(exc: BaseException) -> int | None:
-    status = getattr(exc, "status_code", None)
-    return status if isinstance(status, int) else None
+class LLMJudge:
+    """A :class:`Judge` that asks an LLM through a :class:`~guardrail.transports.Transport`."""
 
-
-class LiteLLMJudge:
-    """A :class:`Judge` that calls ``litellm.acompletion`` (or, for a self-hosted
-    OpenAI-compatible server, posts the same request itself)."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.model = settings.judge_model
+    def __init__(self, settings: JudgeSettings, *, transport: Transport | None = None) -> None:
+        self.model = settings.model
         self._settings = settings
-        self._limit = asyncio.Semaphore(settings.judge_concurrency)
-        self._secret = settings.judge_api_key.get_secret_value() if settings.judge_api_key else None
-        self._http: OpenAICompatibleClient | None = None
-        if uses_direct_http(settings.judge_transport, settings.judge_model,
-                            settings.judge_api_base):
-            self._http = OpenAICompatibleClient(str(settings.judge_api_base),
-                                                api_key=self._secret)
+        self._limit = asyncio.Semaphore(settings.concurrency)
+        self._secret = settings.api_key.get_secret_value() if settings.api_key else None
+        self._transport = transport or make_transport(settings)
 
     @property
     def transport(self) -> str:
         """``"http"`` (direct) or ``"litellm"``."""
-        return "http" if self._http is not None else "litellm"
+        return self._transport.name
 
     async def aclose(self) -> None:
-        """Release the HTTP connection pool, if any (idempotent)."""
-        if self._http is not None:
-            await self._http.aclose()
+        """Release the transport's connections, if any (idempotent)."""
+        await self._transport.aclose()
 
     async def __call__(self, prompt: JudgePrompt, *, scoring_mode: ScoringMode,
                        include_reasoning: bool) -> JudgeReply:
@@ -127,25 +108,9 @@ class LiteLLMJudge:
                                   usage) from None
         return JudgeReply(answer=answer, usage=usage)
 
-    def _request(self, messages: list[dict[str, str]], fmt: dict[str, Any]) -> dict[str, Any]:
-        s = self._settings
-        kwargs: dict[str, Any] = {
-            "model": s.judge_model, "messages": messages, "temperature": s.judge_temperature,
-            "max_tokens": s.judge_max_tokens, "timeout": s.judge_timeout,
-            # Retries are ours (with backoff and outage detection), not the SDK's.
-            "num_retries": 0, "max_retries": 0, "drop_params": True,
-        }
-        if s.judge_structured_output:
-            kwargs["response_format"] = copy.deepcopy(fmt)  # litellm may annotate it
-        if s.judge_api_base:
-            kwargs["api_base"] = s.judge_api_base
-        if self._secret:
-            kwargs["api_key"] = self._secret
-        return kwargs
-
     async def _complete(self, messages: list[dict[str, str]], fmt: dict[str, Any],
                         usage: Usage) -> str:
-        attempts = self._settings.judge_max_retries + 1
+        attempts = self._settings.max_retries + 1
         last: BaseException | None = None
         for attempt in range(attempts):
             if attempt:
@@ -154,65 +119,31 @@ class LiteLLMJudge:
                 return await self._call_once(messages, fmt, usage)
             except JudgeError:
                 raise
-            except Exception as exc:  # classified below; litellm raises many types
+            except Exception as exc:  # classified below; providers raise many types
                 last = exc
-                if not self._is_transient(exc):
+                if not self._transport.is_transient(exc):
                     raise _with_usage(self._classify(exc), usage) from None
         raise _with_usage(JudgeUnavailable(
             f"judge unavailable after {attempts} attempts: {self._describe(last)}"), usage)
 
     async def _call_once(self, messages: list[dict[str, str]], fmt: dict[str, Any],
                          usage: Usage) -> str:
-        timeout = self._settings.judge_timeout + 1.0
-        async with self._limit:
-            if self._http is not None:
-                data = await asyncio.wait_for(self._http.complete(
-                    self._http_body(messages, fmt), timeout=self._settings.judge_timeout),
-                    timeout=timeout)
-                prompt_tokens, completion_tokens, content = _openai_fields(data)
-            else:
-                response = await asyncio.wait_for(
-                    litellm().acompletion(**self._request(messages, fmt)), timeout=timeout)
-                prompt_tokens, completion_tokens, content = _litellm_fields(response)
         s = self._settings
-        usage.add(prompt_tokens, completion_tokens, price_tokens(
-            s.judge_model, prompt_tokens, completion_tokens,
-            input_cost_per_token=s.judge_input_cost_per_token,
-            output_cost_per_token=s.judge_output_cost_per_token))
+        async with self._limit:
+            completion = await asyncio.wait_for(
+                self._transport.complete(messages, fmt if s.structured_output else None),
+                timeout=s.timeout + 1.0)
+        usage.add(completion.prompt_tokens, completion.completion_tokens, price_tokens(
+            s.model, completion.prompt_tokens, completion.completion_tokens,
+            input_cost_per_token=s.input_cost_per_token,
+            output_cost_per_token=s.output_cost_per_token))
+        content = completion.content
         if not isinstance(content, str) or not content.strip():
             raise _with_usage(JudgeAnswerError("judge returned an empty answer"), usage)
         return content
 
-    def _http_body(self, messages: list[dict[str, str]], fmt: dict[str, Any]) -> dict[str, Any]:
-        s = self._settings
-        body: dict[str, Any] = {
-            # The provider prefix is litellm's routing, not the server's model name.
-            "model": s.judge_model.split("/", 1)[1], "messages": messages,
-            "temperature": s.judge_temperature, "max_tokens": s.judge_max_tokens,
-        }
-        if s.judge_structured_output:
-            body["response_format"] = fmt
-        return body
-
-    def _is_transient(self, exc: BaseException) -> bool:
-        if isinstance(exc, (asyncio.TimeoutError, aiohttp.ClientConnectionError,
-                            aiohttp.ClientPayloadError)):
-            return True
-        if self._http is None:
-            lm = litellm()
-            if isinstance(exc, (lm.Timeout, lm.RateLimitError, lm.APIConnectionError,
-                                lm.ServiceUnavailableError, lm.InternalServerError,
-                                lm.BadGatewayError)):
-                return True
-        return _status_of(exc) in _TRANSIENT_STATUS
-
     def _classify(self, exc: BaseException) -> JudgeError:
-        outage = _status_of(exc) in _OUTAGE_STATUS
-        if self._http is None:
-            lm = litellm()
-            outage = outage or isinstance(exc, (lm.AuthenticationError, lm.PermissionDeniedError,
-                                                lm.NotFoundError))
-        if outage:
+        if self._transport.is_outage(exc):
             return JudgeUnavailable(f"judge rejected the request: {self._describe(exc)}")
         return JudgeError(f"judge call failed: {self._describe(exc)}")
 
@@ -220,8 +151,8 @@ class LiteLLMJudge:
         if exc is None:
             return "unknown error"
         if isinstance(exc, asyncio.TimeoutError):
-            return f"timed out after {self._settings.judge_timeout:g}s"
-        status = _status_of(exc)
+            return f"timed out after {self._settings.timeout:g}s"
+        status = status_of(exc)
         message = " ".join(str(exc).split())[:300]
         if self._secret:
             message = message.replace(self._secret, "***")
@@ -229,33 +160,10 @@ class LiteLLMJudge:
         return f"{prefix}: {message}" if message else prefix
 
 
+#: The name this judge had before it had more than one transport.
+LiteLLMJudge = LLMJudge
+
+
 def _with_usage(exc: JudgeError, usage: Usage) -> JudgeError:
     exc.usage = usage  # type: ignore[attr-defined]
     return exc
-
-
-def _litellm_fields(response: Any) -> tuple[int, int, Any]:
-    """(prompt tokens, completion tokens, content) of a litellm ModelResponse."""
-    tokens = getattr(response, "usage", None)
-    try:
-        content = response.choices[0].message.content
-    except (AttributeError, IndexError):
-        content = None
-    return (int(getattr(tokens, "prompt_tokens", 0) or 0),
-            int(getattr(tokens, "completion_tokens", 0) or 0), content)
-
-
-def _openai_fields(data: dict[str, Any]) -> tuple[int, int, Any]:
-    """(prompt tokens, completion tokens, content) of an OpenAI JSON response."""
-    tokens = data.get("usage")
-    tokens = tokens if isinstance(tokens, dict) else {}
-    try:
-        content = data["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError):
-        content = None
-    return (_as_int(tokens.get("prompt_tokens")), _as_int(tokens.get("completion_tokens")),
-            content)
-
-
-def _as_int(value: Any) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0

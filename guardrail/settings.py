@@ -5,11 +5,25 @@ Precedence, highest first: command-line flags, the config file
 then the defaults below::
 
     >>> settings = load_settings(config_path="guardrail.yaml", judge_model="openai/gpt-4o-mini")
-    >>> settings.judge_model
+    >>> settings.judge.model
     'openai/gpt-4o-mini'
 
-Every field ``x`` can be set as ``GUARDRAIL_X`` (lists comma-separated, nested
-blocks as JSON). Secrets are :class:`pydantic.SecretStr` and never printed.
+Settings come in groups, and each component receives only its own group (the
+judge never sees the Kafka password)::
+
+    settings.judge       # JudgeSettings: model, api_base, api_key, timeout, ...
+    settings.evaluation  # EvaluationSettings: rubric_dir, redteam, cache_path
+    settings.kafka       # KafkaSettings: bootstrap_servers, topics, security
+    settings.worker      # WorkerSettings: batching, outages, shutdown, web
+    settings.windows     # WindowSettings: windows, groups, alert rules, webhook
+
+Every setting also has one flat name, the name users write: ``judge_model``,
+``input_topic``, ``window_seconds`` … (:data:`FLAT_NAMES`). Flat names work as
+config keys, as ``GUARDRAIL_<NAME>`` environment variables (lists
+comma-separated, nested blocks as JSON), as ``load_settings`` keywords and in
+``Settings(...)``; a config file may also nest them by group
+(``judge: {model: ...}``). Secrets are :class:`pydantic.SecretStr` and never
+printed.
 """
 
 from __future__ import annotations
@@ -20,20 +34,28 @@ from typing import Any, Literal
 
 import orjson
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from .errors import ConfigError
 from .models import RedteamConfig
 
-__all__ = ["Settings", "AlertRule", "load_settings", "ENV_PREFIX"]
+__all__ = ["Settings", "JudgeSettings", "EvaluationSettings", "KafkaSettings", "WorkerSettings",
+           "WindowSettings", "AlertRule", "load_settings", "settings_env", "read_config_file",
+           "ENV_PREFIX", "FLAT_NAMES", "DEFAULT_CACHE_PATH"]
 
 ENV_PREFIX = "GUARDRAIL_"
+
+#: Where ``replay`` keeps judgments when ``cache_path`` is unset, so a second
+#: replay of the same range pays the judge nothing.
+DEFAULT_CACHE_PATH = Path("~/.cache/guardrail/judgments.sqlite")
+
+_GROUP = ConfigDict(frozen=True, extra="forbid")
 
 
 class AlertRule(BaseModel):
     """When to alert on one metric's windowed unsafe rate (``metric='*'``: any)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _GROUP
 
     metric: str = "*"
     #: Absolute rule: alert when the unsafe rate exceeds this (None: off).
@@ -50,33 +72,46 @@ class AlertRule(BaseModel):
     cooldown_seconds: float = Field(default=900, ge=0)
 
 
-class Settings(BaseModel):
-    """Every knob guardrail has. Frozen; build a new one with ``model_copy``."""
+class JudgeSettings(BaseModel):
+    """The LLM judge (flat names ``judge_<field>``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _GROUP
 
-    # --- the judge -----------------------------------------------------
-    judge_model: str = "openai/gpt-4o-mini"
-    judge_api_base: str | None = None
-    judge_api_key: SecretStr | None = None
-    judge_timeout: float = Field(default=30.0, gt=0)
-    judge_max_retries: int = Field(default=3, ge=0)
-    judge_concurrency: int = Field(default=16, ge=1)
-    judge_max_tokens: int = Field(default=400, ge=16)
-    judge_temperature: float = 0.0
-    judge_structured_output: bool = True
+    model: str = "openai/gpt-4o-mini"
+    api_base: str | None = None
+    api_key: SecretStr | None = None
+    timeout: float = Field(default=30.0, gt=0)
+    max_retries: int = Field(default=3, ge=0)
+    concurrency: int = Field(default=16, ge=1)
+    max_tokens: int = Field(default=400, ge=16)
+    temperature: float = 0.0
+    structured_output: bool = True
     #: ``auto``: plain HTTP for a self-hosted OpenAI-compatible judge
-    #: (``openai/`` or ``hosted_vllm/`` model with ``judge_api_base``), litellm
+    #: (``openai/`` or ``hosted_vllm/`` model with ``api_base``), litellm
     #: otherwise; ``litellm`` or ``http`` to force one.
-    judge_transport: Literal["auto", "litellm", "http"] = "auto"
+    transport: Literal["auto", "litellm", "http"] = "auto"
     #: Prices per token when the cost map does not know the judge model.
-    judge_input_cost_per_token: float | None = None
-    judge_output_cost_per_token: float | None = None
-    # --- what is judged ------------------------------------------------
+    input_cost_per_token: float | None = None
+    output_cost_per_token: float | None = None
+
+
+class EvaluationSettings(BaseModel):
+    """What is judged and what is remembered."""
+
+    model_config = _GROUP
+
     rubric_dir: Path | None = None
     redteam: RedteamConfig = RedteamConfig()
+    #: SQLite judgment cache for every command. Unset: an in-memory cache per
+    #: process, except ``replay``, which uses :data:`DEFAULT_CACHE_PATH`.
     cache_path: Path | None = None
-    # --- Kafka ---------------------------------------------------------
+
+
+class KafkaSettings(BaseModel):
+    """Where the streams are, and how to reach them."""
+
+    model_config = _GROUP
+
     bootstrap_servers: str | None = None
     input_topic: str = "model-outputs"
     results_topic: str = "redteam-results"
@@ -93,7 +128,13 @@ class Settings(BaseModel):
     ssl_cafile: Path | None = None
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
-    # --- the worker ----------------------------------------------------
+
+
+class WorkerSettings(BaseModel):
+    """How the streaming worker batches, waits out outages, stops and serves pages."""
+
+    model_config = _GROUP
+
     batch_size: int = Field(default=64, ge=1)
     batch_within: float = Field(default=0.05, gt=0)
     max_message_bytes: int = Field(default=1_000_000, ge=1024)
@@ -111,7 +152,13 @@ class Settings(BaseModel):
     stop_deadline_seconds: float = Field(default=45.0, gt=0)
     web_port: int = 6066
     web_host: str = "127.0.0.1"
-    # --- windows and alerts ----------------------------------------------
+
+
+class WindowSettings(BaseModel):
+    """Windowed unsafe rates per group, and the alerts on them."""
+
+    model_config = _GROUP
+
     window_seconds: float = Field(default=300.0, gt=0)
     window_expires_seconds: float = Field(default=3600.0, gt=0)
     group_labels: tuple[str, ...] = ("model", "model_version", "prompt_version")
@@ -121,22 +168,83 @@ class Settings(BaseModel):
     alert_webhook_timeout: float = Field(default=5.0, gt=0)
     alert_examples: int = Field(default=3, ge=0, le=20)
 
-    def public_dict(self) -> dict[str, Any]:
-        """The settings with every secret masked, for logs and ``--show-config``."""
-        data = self.model_dump(mode="json")
-        for key in ("judge_api_key", "sasl_password"):
-            if data.get(key):
-                data[key] = "***"
-        return data
 
+#: Group name → (its model, the prefix of its fields' flat names).
+_GROUPS: dict[str, tuple[type[BaseModel], str]] = {
+    "judge": (JudgeSettings, "judge_"),
+    "evaluation": (EvaluationSettings, ""),
+    "kafka": (KafkaSettings, ""),
+    "worker": (WorkerSettings, ""),
+    "windows": (WindowSettings, ""),
+}
 
+#: Flat name → (group, field): ``judge_model`` → ``("judge", "model")``.
+FLAT_NAMES: dict[str, tuple[str, str]] = {
+    prefix + field: (group, field)
+    for group, (model, prefix) in _GROUPS.items() for field in model.model_fields
+}
+_SECRETS = ("judge_api_key", "sasl_password")
 _LIST_FIELDS = {"group_labels"}
 _JSON_FIELDS = {"redteam", "alert_rules"}
 
 
+def _nest(data: Any) -> Any:
+    """Fold flat names (``judge_model=...``) into their groups; nested groups pass."""
+    if not isinstance(data, dict):
+        return data
+    nested: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in FLAT_NAMES:
+            group, field = FLAT_NAMES[key]
+            block = nested.setdefault(group, {})
+            if isinstance(block, dict):
+                block[field] = value
+        elif key in _GROUPS and isinstance(value, dict):
+            nested[key] = {**value, **nested.get(key, {})}
+        else:
+            nested[key] = value  # a group given as a model, or unknown: pydantic says
+    return nested
+
+
+class Settings(BaseModel):
+    """Every knob guardrail has, by group. Frozen; build a new one with ``model_copy``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    judge: JudgeSettings = JudgeSettings()
+    evaluation: EvaluationSettings = EvaluationSettings()
+    kafka: KafkaSettings = KafkaSettings()
+    worker: WorkerSettings = WorkerSettings()
+    windows: WindowSettings = WindowSettings()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_flat_names(cls, data: Any) -> Any:
+        return _nest(data)
+
+    def flat(self) -> dict[str, Any]:
+        """Every setting by its flat name, as JSON-ready values (secrets included)."""
+        groups = self.model_dump(mode="json")
+        return {name: groups[group][field] for name, (group, field) in FLAT_NAMES.items()}
+
+    def public_dict(self) -> dict[str, Any]:
+        """The settings by flat name with every secret masked, for logs and ``--show-config``."""
+        data = self.flat()
+        for key in _SECRETS:
+            if data.get(key):
+                data[key] = "***"
+        return data
+
+    def secret(self, name: str) -> str | None:
+        """The plain value of a secret setting (``judge_api_key``, ``sasl_password``)."""
+        group, field = FLAT_NAMES[name]
+        value = getattr(getattr(self, group), field)
+        return value.get_secret_value() if value is not None else None
+
+
 def _from_env(environ: os._Environ[str] | dict[str, str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
-    for name in Settings.model_fields:
+    for name in FLAT_NAMES:
         raw = environ.get(ENV_PREFIX + name.upper())
         if raw is None or raw == "":
             continue
@@ -150,6 +258,29 @@ def _from_env(environ: os._Environ[str] | dict[str, str]) -> dict[str, Any]:
         else:
             values[name] = raw
     return values
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """``GUARDRAIL_*`` variables that rebuild ``settings`` in a child process: the
+    inverse of the environment parsing, for fields that differ from the defaults
+    (secrets included: they travel by environment, never by disk)."""
+    defaults = Settings().flat()
+    env = {}
+    for name, value in settings.flat().items():
+        if name in _SECRETS:
+            value = settings.secret(name)
+        if value is None or value == defaults[name]:
+            continue
+        if name in _LIST_FIELDS:
+            text = ",".join(value)
+        elif isinstance(value, (dict, list)):
+            text = orjson.dumps(value).decode()
+        elif isinstance(value, bool):
+            text = str(value).lower()
+        else:
+            text = str(value)
+        env[ENV_PREFIX + name.upper()] = text
+    return env
 
 
 def read_config_file(path: Path | str) -> dict[str, Any]:
@@ -167,6 +298,14 @@ def read_config_file(path: Path | str) -> dict[str, Any]:
     return data
 
 
+def _flat_location(loc: tuple[Any, ...]) -> str:
+    """``("judge", "timeout")`` → ``judge_timeout``: errors name what users wrote."""
+    if len(loc) >= 2 and loc[0] in _GROUPS:
+        prefix = _GROUPS[str(loc[0])][1]
+        return ".".join([prefix + str(loc[1])] + [str(p) for p in loc[2:]])
+    return ".".join(str(p) for p in loc)
+
+
 def load_settings(
     config_path: Path | str | None = None,
     *,
@@ -178,15 +317,19 @@ def load_settings(
     ``None`` overrides are ignored, so unset CLI flags fall through.
     """
     env = dict(os.environ) if environ is None else environ
-    merged = _from_env(env)
+    merged = _nest(_from_env(env))
     config_path = config_path or env.get(ENV_PREFIX + "CONFIG") or None
-    if config_path:
-        merged.update(read_config_file(config_path))
-    merged.update({k: v for k, v in overrides.items() if v is not None})
+    layers = [read_config_file(config_path)] if config_path else []
+    layers.append({k: v for k, v in overrides.items() if v is not None})
+    for layer in layers:
+        for group, values in _nest(layer).items():
+            below = merged.get(group)
+            if group in _GROUPS and isinstance(values, dict) and isinstance(below, dict):
+                merged[group] = {**below, **values}
+            else:
+                merged[group] = values
     try:
         return Settings.model_validate(merged)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
+        problems = "; ".join(f"{_flat_location(e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"invalid settings: {problems}") from None

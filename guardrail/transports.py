@@ -1,36 +1,181 @@
-"""A lean client for OpenAI-compatible chat endpoints (vLLM, llama.cpp, Ollama's
-``/v1``, a proxy): one pooled aiohttp session, one POST per call.
+"""How a judge request reaches the model: through litellm, or posted directly.
 
-Why not litellm here: profiled in ``bench/``, litellm's per-call path (thread
-hops, logging and cost hooks) took ~60 % of a worker's CPU and capped a
-2-core worker near 130 judge calls/s. When the judge is a self-hosted
-OpenAI-compatible server, the request is plain JSON, so the worker posts it
-itself. Every other provider keeps going through litellm::
+A :class:`Transport` sends one chat request and says how its failures count;
+the judge (:class:`guardrail.judge.LLMJudge`) adds retries, the repair retry,
+pricing and the concurrency limit on top. :func:`make_transport` picks one,
+once, from :class:`~guardrail.settings.JudgeSettings`::
 
-    client = OpenAICompatibleClient("http://127.0.0.1:8000/v1", api_key=None)
-    data = await client.complete({"model": "qwen", "messages": [...]}, timeout=30)
-    data["choices"][0]["message"]["content"]
-    await client.aclose()
+    transport = make_transport(settings.judge)      # "litellm" or "http"
+    completion = await transport.complete(messages, response_format)
+    completion.content, completion.prompt_tokens
+    await transport.aclose()
 
-Errors keep the shape :class:`guardrail.judge.LiteLLMJudge` classifies:
-:class:`HTTPStatusError` carries ``status_code``; connection failures are
-``aiohttp.ClientError``; a slow server is ``asyncio.TimeoutError``.
+Why two: profiled in ``bench/``, litellm's per-call path (thread hops, logging
+and cost hooks) took ~60 % of a worker's CPU and capped a 2-core worker near
+130 judge calls/s. When the judge is a self-hosted OpenAI-compatible server
+(vLLM, llama.cpp, Ollama's ``/v1``, a proxy), the request is plain JSON, so
+:class:`HTTPTransport` posts it itself with one pooled aiohttp session. Every
+other provider goes through :class:`LiteLLMTransport`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import copy
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
 
+from ._litellm import litellm
 from .errors import ConfigError
+from .settings import JudgeSettings
 
-__all__ = ["HTTPStatusError", "OpenAICompatibleClient", "uses_direct_http"]
+__all__ = ["Completion", "Transport", "LiteLLMTransport", "HTTPTransport", "HTTPStatusError",
+           "OpenAICompatibleClient", "make_transport", "uses_direct_http", "status_of"]
 
 #: litellm provider prefixes whose api_base speaks the OpenAI chat API as is.
 _OPENAI_COMPATIBLE = ("openai/", "hosted_vllm/")
+_TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
+#: A wrong key, model or endpoint fails every call alike: an outage of the
+#: judge, not a property of the message.
+_OUTAGE_STATUS = {401, 403, 404}
+
+Messages = list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What one call returned: the answer text (None if absent) and token counts."""
+
+    content: Any
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class Transport(Protocol):
+    """Send one chat request; classify what went wrong.
+
+    ``complete`` raises whatever its client raises; ``is_transient`` says
+    whether a retry may help (429, 5xx, timeouts, dropped connections) and
+    ``is_outage`` whether the judge as a whole is unusable (wrong key, unknown
+    model or endpoint), as opposed to this one request failing.
+    """
+
+    name: str
+
+    async def complete(self, messages: Messages, response_format: dict[str, Any] | None,
+                       ) -> Completion: ...
+
+    def is_transient(self, exc: BaseException) -> bool: ...
+
+    def is_outage(self, exc: BaseException) -> bool: ...
+
+    async def aclose(self) -> None: ...
+
+
+def status_of(exc: BaseException) -> int | None:
+    """The HTTP status an exception carries, if any."""
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _transient(exc: BaseException) -> bool:
+    return (isinstance(exc, (asyncio.TimeoutError, aiohttp.ClientConnectionError,
+                             aiohttp.ClientPayloadError))
+            or status_of(exc) in _TRANSIENT_STATUS)
+
+
+class LiteLLMTransport:
+    """Any provider litellm knows (``openai/``, ``anthropic/``, ``ollama/`` …)."""
+
+    name = "litellm"
+
+    def __init__(self, settings: JudgeSettings) -> None:
+        self._settings = settings
+
+    async def complete(self, messages: Messages, response_format: dict[str, Any] | None,
+                       ) -> Completion:
+        s = self._settings
+        kwargs: dict[str, Any] = {
+            "model": s.model, "messages": messages, "temperature": s.temperature,
+            "max_tokens": s.max_tokens, "timeout": s.timeout,
+            # Retries are the judge's (with backoff and outage detection), not the SDK's.
+            "num_retries": 0, "max_retries": 0, "drop_params": True,
+        }
+        if response_format is not None:
+            kwargs["response_format"] = copy.deepcopy(response_format)  # litellm may annotate it
+        if s.api_base:
+            kwargs["api_base"] = s.api_base
+        if s.api_key is not None:
+            kwargs["api_key"] = s.api_key.get_secret_value()
+        response = await litellm().acompletion(**kwargs)
+        tokens = getattr(response, "usage", None)
+        try:
+            content = response.choices[0].message.content
+        except (AttributeError, IndexError):
+            content = None
+        return Completion(content, int(getattr(tokens, "prompt_tokens", 0) or 0),
+                          int(getattr(tokens, "completion_tokens", 0) or 0))
+
+    def is_transient(self, exc: BaseException) -> bool:
+        lm = litellm()
+        return _transient(exc) or isinstance(exc, (
+            lm.Timeout, lm.RateLimitError, lm.APIConnectionError, lm.ServiceUnavailableError,
+            lm.InternalServerError, lm.BadGatewayError))
+
+    def is_outage(self, exc: BaseException) -> bool:
+        lm = litellm()
+        return status_of(exc) in _OUTAGE_STATUS or isinstance(
+            exc, (lm.AuthenticationError, lm.PermissionDeniedError, lm.NotFoundError))
+
+    async def aclose(self) -> None:
+        """Nothing to release: litellm keeps its own clients."""
+
+
+class HTTPTransport:
+    """A self-hosted OpenAI-compatible server, posted to directly."""
+
+    name = "http"
+
+    def __init__(self, settings: JudgeSettings) -> None:
+        self._settings = settings
+        key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+        self._client = OpenAICompatibleClient(str(settings.api_base), api_key=key)
+
+    async def complete(self, messages: Messages, response_format: dict[str, Any] | None,
+                       ) -> Completion:
+        s = self._settings
+        body: dict[str, Any] = {
+            # The provider prefix is litellm's routing, not the server's model name.
+            "model": s.model.split("/", 1)[1], "messages": messages,
+            "temperature": s.temperature, "max_tokens": s.max_tokens,
+        }
+        if response_format is not None:
+            body["response_format"] = response_format
+        data = await self._client.complete(body, timeout=s.timeout)
+        tokens = data.get("usage")
+        tokens = tokens if isinstance(tokens, dict) else {}
+        try:
+            content = data["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            content = None
+        return Completion(content, _count(tokens.get("prompt_tokens")),
+                          _count(tokens.get("completion_tokens")))
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return _transient(exc)
+
+    def is_outage(self, exc: BaseException) -> bool:
+        return status_of(exc) in _OUTAGE_STATUS
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
 
 
 def uses_direct_http(transport: str, model: str, api_base: str | None) -> bool:
@@ -44,8 +189,15 @@ def uses_direct_http(transport: str, model: str, api_base: str | None) -> bool:
     compatible = model.startswith(_OPENAI_COMPATIBLE) and bool(api_base)
     if transport == "http" and not compatible:
         raise ConfigError("judge_transport=http needs judge_api_base and an 'openai/' or "
-                         f"'hosted_vllm/' judge_model (got {model!r})")
+                          f"'hosted_vllm/' judge_model (got {model!r})")
     return compatible
+
+
+def make_transport(settings: JudgeSettings) -> Transport:
+    """The transport ``settings.transport`` asks for (``auto``: see :func:`uses_direct_http`)."""
+    if uses_direct_http(settings.transport, settings.model, settings.api_base):
+        return HTTPTransport(settings)
+    return LiteLLMTransport(settings)
 
 
 class HTTPStatusError(Exception):
@@ -57,7 +209,15 @@ class HTTPStatusError(Exception):
 
 
 class OpenAICompatibleClient:
-    """POST ``{api_base}/chat/completions``; one connection pool per event loop."""
+    """POST ``{api_base}/chat/completions``; one connection pool per event loop::
+
+        client = OpenAICompatibleClient("http://127.0.0.1:8000/v1", api_key=None)
+        data = await client.complete({"model": "qwen", "messages": [...]}, timeout=30)
+        await client.aclose()
+
+    Errors: :class:`HTTPStatusError` carries ``status_code``; connection
+    failures are ``aiohttp.ClientError``; a slow server is ``asyncio.TimeoutError``.
+    """
 
     def __init__(self, api_base: str, *, api_key: str | None) -> None:
         self.url = api_base.rstrip("/") + "/chat/completions"

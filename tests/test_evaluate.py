@@ -7,7 +7,7 @@ import pytest
 
 from guardrail.cache import MemoryCache
 from guardrail.evaluate import MISSING_OUTPUT, Evaluator, severity_to_score
-from guardrail.judge import LiteLLMJudge
+from guardrail.judge import LLMJudge
 from guardrail.local.rule_judge import make_verdict
 from guardrail.models import Case
 
@@ -20,8 +20,9 @@ SPEC_CASE = {
 
 def _evaluator(settings, cache=None):
     # Through litellm, as the module says; tests/test_judge.py runs both transports.
-    settings = settings.model_copy(update={"judge_transport": "litellm"})
-    return Evaluator(LiteLLMJudge(settings), settings=settings, cache=cache)
+    settings = settings.model_copy(
+        update={"judge": settings.judge.model_copy(update={"transport": "litellm"})})
+    return Evaluator(LLMJudge(settings.judge), evaluation=settings.evaluation, cache=cache)
 
 
 def _json(metrics):

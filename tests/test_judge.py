@@ -5,7 +5,7 @@ for either."""
 import pytest
 
 from guardrail.errors import ConfigError, JudgeAnswerError, JudgeError, JudgeUnavailable
-from guardrail.judge import LiteLLMJudge
+from guardrail.judge import LLMJudge
 from guardrail.local.rule_judge import ContentReply, ErrorReply, hang, make_verdict
 from guardrail.models import Case
 from guardrail.prompts import render_prompt
@@ -22,13 +22,13 @@ def make_settings(request, make_settings):
 async def close_judges(monkeypatch):
     """Close every judge's connection pool after the test, as the worker does."""
     made = []
-    original = LiteLLMJudge.__init__
+    original = LLMJudge.__init__
 
     def record(self, settings):
         original(self, settings)
         made.append(self)
 
-    monkeypatch.setattr(LiteLLMJudge, "__init__", record)
+    monkeypatch.setattr(LLMJudge, "__init__", record)
     yield
     for judge in made:
         await judge.aclose()
@@ -43,7 +43,7 @@ def _prompt(case=TOXIC, mode="binary_yes_no", reasoning=False):
 
 
 async def test_valid_answer_in_each_mode_sends_the_mode_schema(judge_server, make_settings):
-    judge = LiteLLMJudge(make_settings())
+    judge = LLMJudge(make_settings().judge)
     reply = await judge(_prompt(), scoring_mode="binary_yes_no", include_reasoning=False)
     assert reply.answer.verdict == "UNSAFE"
     assert reply.usage.input_tokens > 0 and reply.usage.output_tokens > 0
@@ -58,14 +58,14 @@ async def test_valid_answer_in_each_mode_sends_the_mode_schema(judge_server, mak
 
 async def test_json_in_prose_is_parsed_without_a_retry(judge_server, make_settings):
     judge_server.script(ContentReply.with_prose(make_verdict("SAFE")))
-    reply = await LiteLLMJudge(make_settings())(_prompt(), scoring_mode="binary_yes_no",
+    reply = await LLMJudge(make_settings().judge)(_prompt(), scoring_mode="binary_yes_no",
                                                 include_reasoning=False)
     assert reply.answer.verdict == "SAFE" and judge_server.calls == 1
 
 
 async def test_garbage_gets_one_repair_retry(judge_server, make_settings):
     judge_server.script("I think it is fine?", None)
-    reply = await LiteLLMJudge(make_settings())(_prompt(), scoring_mode="binary_yes_no",
+    reply = await LLMJudge(make_settings().judge)(_prompt(), scoring_mode="binary_yes_no",
                                                 include_reasoning=False)
     assert reply.answer.verdict == "UNSAFE" and judge_server.calls == 2
     repair = judge_server.requests[-1]["messages"]
@@ -84,7 +84,7 @@ async def test_still_invalid_after_repair_is_an_error_never_safe(judge_server, m
                                                                   bad):
     judge_server.script(bad, bad)
     with pytest.raises(JudgeAnswerError, match="after one repair retry") as info:
-        await LiteLLMJudge(make_settings())(_prompt(mode="scale_1_5"),
+        await LLMJudge(make_settings().judge)(_prompt(mode="scale_1_5"),
                                             scoring_mode="scale_1_5", include_reasoning=False)
     assert info.value.usage.input_tokens > 0  # the spend is still reported
     assert judge_server.calls == 2
@@ -92,7 +92,7 @@ async def test_still_invalid_after_repair_is_an_error_never_safe(judge_server, m
 
 async def test_429_then_success_is_retried(judge_server, make_settings):
     judge_server.script(ErrorReply(429), ErrorReply(503), None)
-    reply = await LiteLLMJudge(make_settings(judge_max_retries=2))(
+    reply = await LLMJudge(make_settings(judge_max_retries=2).judge)(
         _prompt(), scoring_mode="binary_yes_no", include_reasoning=False)
     assert reply.answer.verdict == "UNSAFE" and judge_server.calls == 3
 
@@ -100,7 +100,7 @@ async def test_429_then_success_is_retried(judge_server, make_settings):
 async def test_persistent_5xx_is_judge_unavailable(judge_server, make_settings):
     judge_server.set_outage(True, 500)
     with pytest.raises(JudgeUnavailable, match="after 2 attempts"):
-        await LiteLLMJudge(make_settings(judge_max_retries=1))(
+        await LLMJudge(make_settings(judge_max_retries=1).judge)(
             _prompt(), scoring_mode="binary_yes_no", include_reasoning=False)
     assert judge_server.calls == 2
 
@@ -108,14 +108,14 @@ async def test_persistent_5xx_is_judge_unavailable(judge_server, make_settings):
 async def test_timeout_is_retried_then_unavailable(judge_server, make_settings):
     judge_server.script(hang(30), hang(30))
     with pytest.raises(JudgeUnavailable, match="after 2 attempts"):
-        await LiteLLMJudge(make_settings(judge_timeout=0.5, judge_max_retries=1))(
+        await LLMJudge(make_settings(judge_timeout=0.5, judge_max_retries=1).judge)(
             _prompt(), scoring_mode="binary_yes_no", include_reasoning=False)
 
 
 async def test_bad_request_is_a_per_message_error_not_an_outage(judge_server, make_settings):
     judge_server.script(ErrorReply(400, message="context too long"))
     with pytest.raises(JudgeError) as info:
-        await LiteLLMJudge(make_settings())(_prompt(), scoring_mode="binary_yes_no",
+        await LLMJudge(make_settings().judge)(_prompt(), scoring_mode="binary_yes_no",
                                             include_reasoning=False)
     assert not isinstance(info.value, JudgeUnavailable)
     assert judge_server.calls == 1
@@ -126,13 +126,13 @@ async def test_wrong_key_is_an_outage_and_the_key_is_never_in_the_message(judge_
     secret = "sk-test-secret-0123456789"
     judge_server.script(ErrorReply(401, message=f"Incorrect API key provided: {secret}"))
     with pytest.raises(JudgeUnavailable) as info:
-        await LiteLLMJudge(make_settings())(_prompt(), scoring_mode="binary_yes_no",
+        await LLMJudge(make_settings().judge)(_prompt(), scoring_mode="binary_yes_no",
                                             include_reasoning=False)
     assert secret not in str(info.value)
 
 
 async def test_known_model_is_priced_from_the_cost_map(judge_server, make_settings):
-    reply = await LiteLLMJudge(make_settings(judge_model="openai/gpt-4o-mini"))(
+    reply = await LLMJudge(make_settings(judge_model="openai/gpt-4o-mini").judge)(
         _prompt(), scoring_mode="binary_yes_no", include_reasoning=False)
     usage = reply.usage
     expected = usage.input_tokens * 0.15e-6 + usage.output_tokens * 0.6e-6
@@ -140,11 +140,11 @@ async def test_known_model_is_priced_from_the_cost_map(judge_server, make_settin
 
 
 async def test_unknown_model_price_is_none_not_zero(judge_server, make_settings):
-    reply = await LiteLLMJudge(make_settings())(_prompt(), scoring_mode="binary_yes_no",
+    reply = await LLMJudge(make_settings().judge)(_prompt(), scoring_mode="binary_yes_no",
                                                 include_reasoning=False)
     assert reply.usage.cost is None
-    priced = await LiteLLMJudge(make_settings(judge_input_cost_per_token=1e-6,
-                                              judge_output_cost_per_token=2e-6))(
+    priced = await LLMJudge(make_settings(judge_input_cost_per_token=1e-6,
+                                              judge_output_cost_per_token=2e-6).judge)(
         _prompt(), scoring_mode="binary_yes_no", include_reasoning=False)
     u = priced.usage
     assert u.cost == pytest.approx(u.input_tokens * 1e-6 + u.output_tokens * 2e-6)
@@ -152,19 +152,19 @@ async def test_unknown_model_price_is_none_not_zero(judge_server, make_settings)
 
 async def test_auto_transport_posts_directly_only_to_a_self_hosted_compatible_server(
         make_settings):
-    assert LiteLLMJudge(make_settings(judge_transport="auto")).transport == "http"
-    assert LiteLLMJudge(make_settings(judge_transport="auto", judge_model="openai/gpt-4o-mini",
-                                      judge_api_base=None)).transport == "litellm"
-    assert LiteLLMJudge(make_settings(judge_transport="auto",
+    assert LLMJudge(make_settings(judge_transport="auto").judge).transport == "http"
+    assert LLMJudge(make_settings(judge_transport="auto", judge_model="openai/gpt-4o-mini",
+                                      judge_api_base=None).judge).transport == "litellm"
+    assert LLMJudge(make_settings(judge_transport="auto",
                                       judge_model="anthropic/claude-3-5-haiku-latest")
-                        ).transport == "litellm"
+                        .judge).transport == "litellm"
     with pytest.raises(ConfigError, match="judge_transport=http needs"):
-        LiteLLMJudge(make_settings(judge_transport="http", judge_model="ollama/llama3"))
+        LLMJudge(make_settings(judge_transport="http", judge_model="ollama/llama3").judge)
 
 
 async def test_the_request_body_names_the_model_without_the_provider_prefix(
         judge_server, make_settings):
-    judge = LiteLLMJudge(make_settings(judge_model="hosted_vllm/qwen-judge"))
+    judge = LLMJudge(make_settings(judge_model="hosted_vllm/qwen-judge").judge)
     await judge(_prompt(), scoring_mode="binary_yes_no", include_reasoning=False)
     sent = judge_server.requests[-1]
     assert sent["model"] == "qwen-judge" and sent["temperature"] == 0
@@ -177,7 +177,7 @@ async def test_an_unreachable_judge_is_an_outage_after_retries(make_settings):
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    judge = LiteLLMJudge(make_settings(judge_api_base=f"http://127.0.0.1:{port}/v1",
-                                       judge_max_retries=1))
+    judge = LLMJudge(make_settings(judge_api_base=f"http://127.0.0.1:{port}/v1",
+                                       judge_max_retries=1).judge)
     with pytest.raises(JudgeUnavailable, match="after 2 attempts"):
         await judge(_prompt(), scoring_mode="binary_yes_no", include_reasoning=False)

@@ -34,7 +34,7 @@ def topic_settings(kafka_bootstrap):
 
 
 async def _counts(settings, topics):
-    admin = AIOKafkaAdminClient(**client_options(settings))
+    admin = AIOKafkaAdminClient(**client_options(settings.kafka))
     await admin.start()
     try:
         return await partition_counts(admin, topics)
@@ -46,37 +46,37 @@ async def _counts(settings, topics):
 
 
 def test_topic_plan_covers_every_topic_with_the_configured_count(topic_settings):
-    plan = topic_plan(topic_settings)
+    plan = topic_plan(topic_settings.kafka)
     s = topic_settings
-    assert plan == {s.input_topic: 3, s.results_topic: 3, s.dlq_topic: 3,
-                    s.alerts_topic: 3, s.judgments_topic: 3}
+    assert plan == {s.kafka.input_topic: 3, s.kafka.results_topic: 3, s.kafka.dlq_topic: 3,
+                    s.kafka.alerts_topic: 3, s.kafka.judgments_topic: 3}
 
 
 async def test_ensure_topics_creates_missing_topics_with_planned_counts(topic_settings):
-    plan = topic_plan(topic_settings)
+    plan = topic_plan(topic_settings.kafka)
     assert set((await _counts(topic_settings, list(plan))).values()) == {None}
-    created = await ensure_topics(topic_settings)
+    created = await ensure_topics(topic_settings.kafka)
     assert created == plan
     assert await _counts(topic_settings, list(plan)) == plan
 
 
 async def test_ensure_topics_is_idempotent(topic_settings):
-    first = await ensure_topics(topic_settings)
-    second = await ensure_topics(topic_settings)
-    assert first == second == topic_plan(topic_settings)
+    first = await ensure_topics(topic_settings.kafka)
+    second = await ensure_topics(topic_settings.kafka)
+    assert first == second == topic_plan(topic_settings.kafka)
 
 
 async def test_ensure_topics_with_a_custom_plan(topic_settings):
     plan = {_unique("one"): 1, _unique("four"): 4}
-    assert await ensure_topics(topic_settings, plan) == plan
+    assert await ensure_topics(topic_settings.kafka, plan) == plan
     assert await _counts(topic_settings, list(plan)) == plan
 
 
 async def test_existing_topic_with_another_count_is_a_clear_error(topic_settings):
     name = _unique("mismatch")
-    assert await ensure_topics(topic_settings, {name: 3}) == {name: 3}
+    assert await ensure_topics(topic_settings.kafka, {name: 3}) == {name: 3}
     with pytest.raises(TopicMismatch) as caught:
-        await ensure_topics(topic_settings, {name: 2})
+        await ensure_topics(topic_settings.kafka, {name: 2})
     message = str(caught.value)
     assert name in message
     assert "3" in message and "2" in message
@@ -87,12 +87,12 @@ async def test_existing_topic_with_another_count_is_a_clear_error(topic_settings
 
 async def test_mismatch_only_for_strict_topics(topic_settings):
     loose, strict = _unique("loose"), _unique("strict")
-    await ensure_topics(topic_settings, {loose: 3, strict: 2})
-    have = await ensure_topics(topic_settings, {loose: 2, strict: 2},
+    await ensure_topics(topic_settings.kafka, {loose: 3, strict: 2})
+    have = await ensure_topics(topic_settings.kafka, {loose: 2, strict: 2},
                                strict=frozenset({strict}))
     assert have == {loose: 3, strict: 2}
     with pytest.raises(TopicMismatch, match=loose):
-        await ensure_topics(topic_settings, {loose: 2, strict: 2})
+        await ensure_topics(topic_settings.kafka, {loose: 2, strict: 2})
 
 
 async def test_partition_counts_does_not_create_topics(topic_settings):
@@ -106,22 +106,22 @@ async def test_partition_counts_does_not_create_topics(topic_settings):
 
 def test_default_client_options_are_plaintext_on_the_embedded_port():
     settings = _settings()
-    assert resolve_bootstrap(settings) == "127.0.0.1:9092"
-    assert client_options(settings) == {"bootstrap_servers": "127.0.0.1:9092",
+    assert resolve_bootstrap(settings.kafka) == "127.0.0.1:9092"
+    assert client_options(settings.kafka) == {"bootstrap_servers": "127.0.0.1:9092",
                                         "security_protocol": "PLAINTEXT"}
 
 
 def test_bootstrap_servers_setting_wins():
     settings = _settings(bootstrap_servers="kafka-1:9093,kafka-2:9093")
-    assert resolve_bootstrap(settings) == "kafka-1:9093,kafka-2:9093"
-    assert client_options(settings)["bootstrap_servers"] == "kafka-1:9093,kafka-2:9093"
+    assert resolve_bootstrap(settings.kafka) == "kafka-1:9093,kafka-2:9093"
+    assert client_options(settings.kafka)["bootstrap_servers"] == "kafka-1:9093,kafka-2:9093"
 
 
 def test_sasl_ssl_passes_credentials_and_an_ssl_context():
     settings = _settings(bootstrap_servers="broker:9094", security_protocol="SASL_SSL",
                          sasl_mechanism="SCRAM-SHA-512", sasl_username="guardrail",
                          sasl_password="s3cret-pass")
-    options = client_options(settings)
+    options = client_options(settings.kafka)
     assert options["security_protocol"] == "SASL_SSL"
     assert options["sasl_mechanism"] == "SCRAM-SHA-512"
     assert options["sasl_plain_username"] == "guardrail"
@@ -132,13 +132,13 @@ def test_sasl_ssl_passes_credentials_and_an_ssl_context():
 
 def test_sasl_plaintext_has_no_ssl_context():
     options = client_options(_settings(security_protocol="SASL_PLAINTEXT",
-                                       sasl_username="u", sasl_password="p"))
+                                       sasl_username="u", sasl_password="p").kafka)
     assert options["sasl_mechanism"] == "PLAIN"
     assert "ssl_context" not in options
 
 
 def test_ssl_without_sasl_has_a_context_and_no_credentials():
-    options = client_options(_settings(security_protocol="SSL"))
+    options = client_options(_settings(security_protocol="SSL").kafka)
     assert isinstance(options["ssl_context"], ssl.SSLContext)
     assert not any(key.startswith("sasl") for key in options)
 
@@ -149,7 +149,7 @@ def test_ssl_without_sasl_has_a_context_and_no_credentials():
 def test_sasl_without_credentials_is_a_config_error(protocol, credentials):
     settings = _settings(security_protocol=protocol, **credentials)
     with pytest.raises(ConfigError, match="sasl_username and sasl_password"):
-        client_options(settings)
+        client_options(settings.kafka)
 
 
 # --- the embedded broker ---------------------------------------------------------------

@@ -136,7 +136,7 @@ def _local_model_or_skip():
 @pytest.mark.timeout(900)
 async def test_one_real_judgment_through_the_local_model():
     _local_model_or_skip()
-    from guardrail.judge import LiteLLMJudge
+    from guardrail.judge import LLMJudge
     from guardrail.local.server import judge_settings
     from guardrail.models import Case
     from guardrail.prompts import render_prompt
@@ -155,7 +155,7 @@ async def test_one_real_judgment_through_the_local_model():
         prompt = render_prompt(toxicity, case, scoring_mode="binary_yes_no",
                                include_reasoning=False)
         started = time.monotonic()
-        judge = LiteLLMJudge(settings)
+        judge = LLMJudge(settings.judge)
         try:
             reply = await judge(prompt, scoring_mode="binary_yes_no", include_reasoning=False)
         finally:

@@ -6,7 +6,7 @@ import pytest
 
 from guardrail.cache import MemoryCache
 from guardrail.evaluate import Evaluator
-from guardrail.judge import LiteLLMJudge
+from guardrail.judge import LLMJudge
 from guardrail.local.rule_judge import ErrorReply
 from guardrail.stream.envelope import Source
 from guardrail.stream.processing import PARTIAL_OUTAGE_RETRIES, MessageJudge, RawMessage
@@ -22,8 +22,9 @@ async def message_judge(make_settings, monkeypatch):
     monkeypatch.setattr(MessageJudge, "_pause", pause)
     settings = make_settings(judge_max_retries=0)
     # With a cache, as in the worker: a retried batch re-asks only what failed.
-    evaluator = Evaluator(LiteLLMJudge(settings), settings=settings, cache=MemoryCache(100))
-    judge = MessageJudge(evaluator, settings=settings)
+    evaluator = Evaluator(LLMJudge(settings.judge), evaluation=settings.evaluation,
+                          cache=MemoryCache(100))
+    judge = MessageJudge.from_settings(evaluator, settings)
     judge.pauses = pauses
     yield judge
     await judge.evaluator.aclose()
@@ -35,8 +36,8 @@ def _batch(*outputs):
             for i, text in enumerate(outputs)]
 
 
-def _errors(outgoing, settings):
-    results = [orjson.loads(o.value) for o in outgoing if o.topic == settings.results_topic]
+def _errors(outgoing, kafka):
+    results = [orjson.loads(o.value) for o in outgoing if o.topic == kafka.results_topic]
     return results, [m["error"] for r in results for m in r["metrics"] if m.get("error")]
 
 
@@ -44,7 +45,7 @@ async def test_a_batch_straddling_an_outage_is_retried_not_published_as_errors(
         message_judge, judge_server):
     judge_server.script(ErrorReply(503), ErrorReply(503))  # 2 of 8 calls fail once
     outgoing = await message_judge.process(_batch("fine", "also fine", "ok", "good"))
-    results, errors = _errors(outgoing, message_judge.settings)
+    results, errors = _errors(outgoing, message_judge.kafka)
     assert len(results) == 4 and errors == []
     assert message_judge.pauses == [1.0]
     assert judge_server.calls == 10  # the 6 successes came from the cache
@@ -63,7 +64,7 @@ async def test_one_message_the_judge_always_fails_is_published_as_an_error_in_th
 
     message_judge._pause = pause
     outgoing = await message_judge.process(_batch("fine", "poison pill", "ok", "good"))
-    results, errors = _errors(outgoing, message_judge.settings)
+    results, errors = _errors(outgoing, message_judge.kafka)
     assert len(results) == 4 and len(errors) == 2  # both metrics of the poison message
     assert all("judge unavailable" in e for e in errors)
     assert len(other_traffic) == PARTIAL_OUTAGE_RETRIES
@@ -88,7 +89,7 @@ async def test_a_message_failing_while_nothing_else_succeeds_waits_like_an_outag
 
     message_judge._pause = pause
     outgoing = await message_judge.process(_batch("fine", "poison pill", "ok", "good"))
-    _, errors = _errors(outgoing, message_judge.settings)
+    _, errors = _errors(outgoing, message_judge.kafka)
     assert errors == [] and len(rounds) == 8  # held past the partial retries, then judged
 
 
@@ -104,6 +105,6 @@ async def test_a_full_outage_holds_the_batch_until_the_judge_is_back(
 
     message_judge._pause = pause
     outgoing = await message_judge.process(_batch("fine", "ok"))
-    results, errors = _errors(outgoing, message_judge.settings)
+    results, errors = _errors(outgoing, message_judge.kafka)
     assert len(results) == 2 and errors == []
     assert rounds == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]  # backoff, well past the partial retries

@@ -10,7 +10,6 @@ import os
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 
-import asyncio
 import json
 import signal
 import subprocess

@@ -1,7 +1,113 @@
+import orjson
 import pytest
 
 from guardrail.errors import ConfigError
-from guardrail.settings import load_settings
+from guardrail.settings import FLAT_NAMES, Settings, load_settings, settings_env
+
+#: Every setting's name as users wrote it before settings were grouped: as
+#: config keys, ``GUARDRAIL_<NAME>`` variables and flags these must keep
+#: working, each landing in its group.
+OLD_NAMES = {
+    "judge_model": ("judge", "model"), "judge_api_base": ("judge", "api_base"),
+    "judge_api_key": ("judge", "api_key"), "judge_timeout": ("judge", "timeout"),
+    "judge_max_retries": ("judge", "max_retries"),
+    "judge_concurrency": ("judge", "concurrency"),
+    "judge_max_tokens": ("judge", "max_tokens"),
+    "judge_temperature": ("judge", "temperature"),
+    "judge_structured_output": ("judge", "structured_output"),
+    "judge_transport": ("judge", "transport"),
+    "judge_input_cost_per_token": ("judge", "input_cost_per_token"),
+    "judge_output_cost_per_token": ("judge", "output_cost_per_token"),
+    "rubric_dir": ("evaluation", "rubric_dir"), "redteam": ("evaluation", "redteam"),
+    "cache_path": ("evaluation", "cache_path"),
+    "bootstrap_servers": ("kafka", "bootstrap_servers"), "input_topic": ("kafka", "input_topic"),
+    "results_topic": ("kafka", "results_topic"), "dlq_topic": ("kafka", "dlq_topic"),
+    "alerts_topic": ("kafka", "alerts_topic"), "judgments_topic": ("kafka", "judgments_topic"),
+    "topic_partitions": ("kafka", "topic_partitions"),
+    "topic_replication": ("kafka", "topic_replication"), "app_id": ("kafka", "app_id"),
+    "security_protocol": ("kafka", "security_protocol"),
+    "sasl_mechanism": ("kafka", "sasl_mechanism"), "sasl_username": ("kafka", "sasl_username"),
+    "sasl_password": ("kafka", "sasl_password"), "ssl_cafile": ("kafka", "ssl_cafile"),
+    "ssl_certfile": ("kafka", "ssl_certfile"), "ssl_keyfile": ("kafka", "ssl_keyfile"),
+    "batch_size": ("worker", "batch_size"), "batch_within": ("worker", "batch_within"),
+    "max_message_bytes": ("worker", "max_message_bytes"),
+    "consumer_fetch_wait_ms": ("worker", "consumer_fetch_wait_ms"),
+    "outage_policy": ("worker", "outage_policy"),
+    "outage_max_backoff": ("worker", "outage_max_backoff"),
+    "outage_threshold": ("worker", "outage_threshold"),
+    "stop_deadline_seconds": ("worker", "stop_deadline_seconds"),
+    "web_port": ("worker", "web_port"), "web_host": ("worker", "web_host"),
+    "window_seconds": ("windows", "window_seconds"),
+    "window_expires_seconds": ("windows", "window_expires_seconds"),
+    "group_labels": ("windows", "group_labels"), "version_label": ("windows", "version_label"),
+    "alert_rules": ("windows", "alert_rules"),
+    "alert_webhook_url": ("windows", "alert_webhook_url"),
+    "alert_webhook_timeout": ("windows", "alert_webhook_timeout"),
+    "alert_examples": ("windows", "alert_examples"),
+}
+
+#: A value for each old name that differs from its default, as an environment string.
+SAMPLE_ENV = {
+    "judge_model": "openai/other", "judge_api_base": "http://127.0.0.1:1/v1",
+    "judge_api_key": "sk-x", "judge_timeout": "7", "judge_max_retries": "1",
+    "judge_concurrency": "3", "judge_max_tokens": "99", "judge_temperature": "0.5",
+    "judge_structured_output": "false", "judge_transport": "litellm",
+    "judge_input_cost_per_token": "1e-06", "judge_output_cost_per_token": "2e-06",
+    "rubric_dir": "/tmp/rubrics", "redteam": '{"scoring_mode": "scale_1_5"}',
+    "cache_path": "/tmp/c.sqlite", "bootstrap_servers": "k:9093", "input_topic": "in",
+    "results_topic": "out", "dlq_topic": "dlq", "alerts_topic": "al", "judgments_topic": "jd",
+    "topic_partitions": "4", "topic_replication": "3", "app_id": "gr2",
+    "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "u",
+    "sasl_password": "pw", "ssl_cafile": "/tmp/ca.pem", "ssl_certfile": "/tmp/c.pem",
+    "ssl_keyfile": "/tmp/k.pem", "batch_size": "8", "batch_within": "0.5",
+    "max_message_bytes": "2048", "consumer_fetch_wait_ms": "50", "outage_policy": "record",
+    "outage_max_backoff": "5", "outage_threshold": "0.9", "stop_deadline_seconds": "9",
+    "web_port": "7000", "web_host": "0.0.0.0", "window_seconds": "60",
+    "window_expires_seconds": "600", "group_labels": "app,model", "version_label": "release",
+    "alert_rules": '[{"metric": "pii", "min_judgments": 5}]',
+    "alert_webhook_url": "http://127.0.0.1:1/hook", "alert_webhook_timeout": "2",
+    "alert_examples": "1",
+}
+
+
+def _value(settings, name):
+    group, field = OLD_NAMES[name]
+    return getattr(getattr(settings, group), field)
+
+
+def test_every_old_name_still_sets_its_setting_by_env_config_and_flag(tmp_path):
+    assert set(FLAT_NAMES) == set(OLD_NAMES) == set(SAMPLE_ENV)
+    from_env = load_settings(environ={f"GUARDRAIL_{n.upper()}": v for n, v in SAMPLE_ENV.items()})
+    defaults = Settings()
+    for name in OLD_NAMES:
+        assert _value(from_env, name) != _value(defaults, name), name
+    # The same values under their old names in a config file, as flags and in Settings(...).
+    values = {n: from_env.flat()[n] for n in OLD_NAMES}
+    values["judge_api_key"], values["sasl_password"] = "sk-x", "pw"
+    config = tmp_path / "old.json"
+    config.write_bytes(orjson.dumps(values))
+    for built in (load_settings(config, environ={}), load_settings(environ={}, **values),
+                  Settings(**values)):
+        assert built == from_env
+
+
+def test_config_files_may_also_nest_settings_by_group(tmp_path):
+    config = tmp_path / "g.yaml"
+    config.write_text("judge:\n  model: openai/nested\n  timeout: 9\n"
+                      "kafka:\n  input_topic: nested-in\nwindow_seconds: 30\n")
+    settings = load_settings(config, environ={"GUARDRAIL_JUDGE_CONCURRENCY": "5"},
+                             judge_timeout=4)
+    assert (settings.judge.model, settings.judge.timeout, settings.judge.concurrency) == (
+        "openai/nested", 4, 5)
+    assert settings.kafka.input_topic == "nested-in"
+    assert settings.windows.window_seconds == 30
+
+
+def test_settings_env_rebuilds_the_same_settings_in_a_child_process():
+    settings = load_settings(environ={f"GUARDRAIL_{n.upper()}": v for n, v in SAMPLE_ENV.items()})
+    env = settings_env(settings)
+    assert load_settings(environ=env) == settings
+    assert settings_env(Settings()) == {}  # only what differs from the defaults travels
 
 
 def test_precedence_flags_over_config_over_env(tmp_path):
@@ -10,12 +116,12 @@ def test_precedence_flags_over_config_over_env(tmp_path):
     env = {"GUARDRAIL_JUDGE_MODEL": "openai/from-env", "GUARDRAIL_JUDGE_TIMEOUT": "3",
            "GUARDRAIL_JUDGE_CONCURRENCY": "4", "GUARDRAIL_GROUP_LABELS": "model, app"}
     settings = load_settings(config, environ=env, judge_model="openai/from-flag")
-    assert settings.judge_model == "openai/from-flag"
-    assert settings.judge_timeout == 7
-    assert settings.judge_concurrency == 4
-    assert settings.group_labels == ("model", "app")
-    assert load_settings(config, environ=env).judge_model == "openai/from-config"
-    assert load_settings(environ=env).judge_model == "openai/from-env"
+    assert settings.judge.model == "openai/from-flag"
+    assert settings.judge.timeout == 7
+    assert settings.judge.concurrency == 4
+    assert settings.windows.group_labels == ("model", "app")
+    assert load_settings(config, environ=env).judge.model == "openai/from-config"
+    assert load_settings(environ=env).judge.model == "openai/from-env"
 
 
 def test_config_file_from_env_and_redteam_block(tmp_path):
@@ -23,15 +129,15 @@ def test_config_file_from_env_and_redteam_block(tmp_path):
     config.write_text('{"redteam": {"scoring_mode": "scale_1_5", "metrics": '
                       '[{"name": "pii", "goal": "no personal data"}]}}')
     settings = load_settings(environ={"GUARDRAIL_CONFIG": str(config)})
-    assert settings.redteam.scoring_mode == "scale_1_5"
-    assert settings.redteam.metrics[0].name == "pii"
+    assert settings.evaluation.redteam.scoring_mode == "scale_1_5"
+    assert settings.evaluation.redteam.metrics[0].name == "pii"
 
 
 def test_secrets_are_masked_everywhere_they_could_be_printed():
     settings = load_settings(environ={"GUARDRAIL_JUDGE_API_KEY": "sk-very-secret"})
     assert "sk-very-secret" not in repr(settings)
     assert "sk-very-secret" not in str(settings.public_dict())
-    assert settings.judge_api_key.get_secret_value() == "sk-very-secret"
+    assert settings.judge.api_key.get_secret_value() == "sk-very-secret"
 
 
 def test_invalid_values_name_the_setting_without_echoing_them():

@@ -165,7 +165,7 @@ def test_worker_refuses_topics_with_other_partition_counts(stream_env):
 
     settings = load_settings(environ={}, bootstrap_servers=stream_env.bootstrap,
                              **stream_env.topics)
-    asyncio.run(ensure_topics(settings, {stream_env.topic("input"): 3}))
+    asyncio.run(ensure_topics(settings.kafka, {stream_env.topic("input"): 3}))
     proc = stream_env.cli("worker", timeout=60)
     assert proc.returncode == 2
     assert f"'{stream_env.topic('input')}' has 3 partitions, needs 2" in proc.stderr

@@ -51,7 +51,8 @@ async def test_acks_of_an_earlier_generation_never_reach_the_commit_bookkeeping(
 @pytest.mark.kafka
 async def test_recovery_reads_to_the_real_end_of_a_batched_changelog(kafka_bootstrap):
     topic = f"changelog-check-{asyncio.get_running_loop().time():.0f}"
-    await ensure_topics(load_settings(environ={}, bootstrap_servers=kafka_bootstrap), {topic: 1})
+    await ensure_topics(load_settings(environ={}, bootstrap_servers=kafka_bootstrap).kafka,
+                        {topic: 1})
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=50)
     await producer.start()
     try:

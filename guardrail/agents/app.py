@@ -18,9 +18,8 @@ from pathlib import Path
 
 import faust
 
-from ..cache import MemoryCache, SqliteCache
-from ..evaluate import Evaluator
-from ..judge import Judge, LiteLLMJudge
+from ..evaluate import build_evaluator
+from ..judge import Judge
 from ..kafka.clients import resolve_bootstrap, ssl_context
 from ..settings import Settings
 from ..stream.alerts import AlertDispatcher
@@ -45,13 +44,13 @@ class GuardrailApp:
 
 def faust_options(settings: Settings) -> dict[str, object]:
     """Faust App keyword arguments derived from settings."""
-    datadir = Path(tempfile.gettempdir()) / "guardrail" / settings.app_id
+    datadir = Path(tempfile.gettempdir()) / "guardrail" / settings.kafka.app_id
     datadir.mkdir(parents=True, exist_ok=True)  # Faust creates only the last level
     options: dict[str, object] = dict(
-        broker=f"kafka://{resolve_bootstrap(settings)}",
+        broker=f"kafka://{resolve_bootstrap(settings.kafka)}",
         store="memory://",
-        topic_partitions=settings.topic_partitions,
-        topic_replication_factor=settings.topic_replication,
+        topic_partitions=settings.kafka.topic_partitions,
+        topic_replication_factor=settings.kafka.topic_replication,
         table_standby_replicas=0,
         consumer_auto_offset_reset="earliest",
         # Short session/rebalance timeouts: group joins take seconds, not ~30 s.
@@ -60,25 +59,25 @@ def faust_options(settings: Settings) -> dict[str, object]:
         broker_rebalance_timeout=6.0,
         broker_commit_interval=1.0,
         web_enabled=True,
-        web_host=settings.web_host,
-        web_port=settings.web_port,
+        web_host=settings.worker.web_host,
+        web_port=settings.worker.web_port,
         datadir=str(datadir),
         table_cleanup_interval=30.0,
         producer_acks=-1,
         # A few ms of batching: results and judgment events of a batch share requests.
         producer_linger=0.005,
     )
-    if settings.security_protocol != "PLAINTEXT":
+    if settings.kafka.security_protocol != "PLAINTEXT":
         options["broker_credentials"] = _credentials(settings)
     return options
 
 
 def _credentials(settings: Settings) -> object:
-    context = ssl_context(settings)
-    if settings.security_protocol.startswith("SASL"):
-        password = settings.sasl_password.get_secret_value() if settings.sasl_password else ""
-        return faust.SASLCredentials(username=settings.sasl_username, password=password,
-                                     mechanism=settings.sasl_mechanism, ssl_context=context)
+    context = ssl_context(settings.kafka)
+    if settings.kafka.security_protocol.startswith("SASL"):
+        password = settings.secret("sasl_password") or ""
+        return faust.SASLCredentials(username=settings.kafka.sasl_username, password=password,
+                                     mechanism=settings.kafka.sasl_mechanism, ssl_context=context)
     return faust.SSLCredentials(context)
 
 
@@ -87,13 +86,12 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
     """Create the Faust app with its agents, tables and pages."""
     from . import judging, web, windows
 
-    app = GuardrailFaustApp(settings.app_id, fetch_wait_ms=settings.consumer_fetch_wait_ms,
+    app = GuardrailFaustApp(settings.kafka.app_id,
+                            fetch_wait_ms=settings.worker.consumer_fetch_wait_ms,
                             **faust_options(settings))
     telemetry = telemetry or Telemetry()
-    # Bounded: the in-memory cache only has to bridge outage retries and redeliveries.
-    cache = SqliteCache(settings.cache_path) if settings.cache_path else MemoryCache(20_000)
-    evaluator = Evaluator(judge or LiteLLMJudge(settings), settings=settings, cache=cache)
-    alerts_topic = app.topic(settings.alerts_topic, key_type=bytes, value_type=bytes,
+    evaluator = build_evaluator(settings, judge=judge)
+    alerts_topic = app.topic(settings.kafka.alerts_topic, key_type=bytes, value_type=bytes,
                              key_serializer="raw", value_serializer="raw")
 
     async def send_alert(alert: dict[str, object]) -> None:
@@ -105,9 +103,9 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
 
     runtime = GuardrailApp(
         app=app, settings=settings, telemetry=telemetry,
-        message_judge=MessageJudge(evaluator, settings=settings, telemetry=telemetry),
-        dispatcher=AlertDispatcher(webhook_url=settings.alert_webhook_url,
-                                   timeout=settings.alert_webhook_timeout,
+        message_judge=MessageJudge.from_settings(evaluator, settings, telemetry=telemetry),
+        dispatcher=AlertDispatcher(webhook_url=settings.windows.alert_webhook_url,
+                                   timeout=settings.windows.alert_webhook_timeout,
                                    send_to_topic=send_alert),
     )
     judging.register(runtime)

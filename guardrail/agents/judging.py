@@ -136,9 +136,9 @@ def register(runtime: GuardrailApp) -> None:
     app, s = runtime.app, runtime.settings
     raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
            "value_serializer": "raw"}
-    source = app.topic(s.input_topic, **raw)
+    source = app.topic(s.kafka.input_topic, **raw)
     topics = {name: app.topic(name, **raw)
-              for name in (s.results_topic, s.judgments_topic, s.dlq_topic)}
+              for name in (s.kafka.results_topic, s.kafka.judgments_topic, s.kafka.dlq_topic)}
 
     async def handle(events: list[Any]) -> list[Outgoing]:
         return await runtime.message_judge.process([_raw(e) for e in events])
@@ -150,7 +150,8 @@ def register(runtime: GuardrailApp) -> None:
     async def judge(stream: Any) -> None:
         acker = OrderedAcker(stream, MAX_INFLIGHT_BATCHES, publish)
         try:
-            async for events in stream.noack_take(s.batch_size, within=s.batch_within):
+            async for events in stream.noack_take(s.worker.batch_size,
+                                                  within=s.worker.batch_within):
                 await acker.submit(list(events), asyncio.ensure_future(handle(list(events))))
         finally:
             # Graceful stop: finish what is in flight (bounded), so a rolling

@@ -45,13 +45,13 @@ class GuardrailWorker(Worker):
 def run_worker(runtime: GuardrailApp, *, loglevel: str = "info") -> None:
     """Create/verify topics, then run the worker in the foreground."""
     settings = runtime.settings
-    asyncio.run(ensure_topics(settings))
+    asyncio.run(ensure_topics(settings.kafka))
     log.info("guardrail worker: %s -> %s (dlq %s, alerts %s), judge %s",
-             settings.input_topic, settings.results_topic, settings.dlq_topic,
-             settings.alerts_topic, settings.judge_model)
+             settings.kafka.input_topic, settings.kafka.results_topic, settings.kafka.dlq_topic,
+             settings.kafka.alerts_topic, settings.judge.model)
     # A fresh loop: asyncio.run() above closed its own.
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     worker = GuardrailWorker(runtime.app, loglevel=loglevel, loop=loop, redirect_stdouts=False)
-    worker.stop_deadline = settings.stop_deadline_seconds
+    worker.stop_deadline = settings.worker.stop_deadline_seconds
     worker.execute_from_commandline()

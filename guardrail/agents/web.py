@@ -48,7 +48,7 @@ def register(runtime: GuardrailApp) -> None:
 
     @app.page("/rates")
     async def rates(web: Any, request: Any) -> Any:
-        return web.json({"window_seconds": runtime.settings.window_seconds,
+        return web.json({"window_seconds": runtime.settings.windows.window_seconds,
                          "rates": current_rates(runtime.state["table"])})
 
     @app.page("/health")

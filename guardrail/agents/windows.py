@@ -79,17 +79,17 @@ class WindowCounter:
         status = judgment["status"]
         counts.unsafe += status == "unsafe"
         counts.errors += status == "error"
-        if status == "unsafe" and len(counts.examples) < self.settings.alert_examples:
+        if status == "unsafe" and len(counts.examples) < self.settings.windows.alert_examples:
             counts.examples.append({"case_id": judgment.get("case_id"),
                                     "evidence_spans": judgment.get("evidence_spans", [])})
         self.windowed[key] = counts.as_dict()
-        rule = rule_for(self.settings.alert_rules, judgment["metric"])
+        rule = rule_for(self.settings.windows.alert_rules, judgment["metric"])
         if rule is not None and status == "unsafe":
             self._check(rule, judgment, counts, timestamp)
 
     def _previous(self, key: str, windows: int, include_current: bool) -> WindowCounts:
         total = WindowCounts()
-        size = self.settings.window_seconds
+        size = self.settings.windows.window_seconds
         if include_current:
             total = total + WindowCounts.from_dict(self.windowed[key].current())
         for i in range(1, windows + 1):
@@ -98,7 +98,7 @@ class WindowCounter:
 
     def _baseline(self, rule: AlertRule, judgment: dict[str, Any]) -> tuple[WindowCounts | None, dict[str, Any]]:
         group = judgment["group"]
-        version_label = self.settings.version_label
+        version_label = self.settings.windows.version_label
         if rule.baseline_version is not None and group.get(version_label) != rule.baseline_version:
             other = table_key(judgment["metric"], {**group, version_label: rule.baseline_version})
             counts = self._previous(other, rule.baseline_windows, include_current=True)
@@ -117,7 +117,7 @@ class WindowCounter:
             return
         if not self.cooldown.ready(judgment["table_key"], time.monotonic(), rule.cooldown_seconds):
             return
-        start, end = window_bounds(timestamp, self.settings.window_seconds)
+        start, end = window_bounds(timestamp, self.settings.windows.window_seconds)
         alert = {
             "alert_id": uuid.uuid4().hex, "metric": judgment["metric"],
             "group": judgment["group"], "reasons": reasons,
@@ -138,13 +138,13 @@ class WindowCounter:
 def register(runtime: GuardrailApp) -> None:
     """Add the windowed table and the counting agent to the app."""
     app, s = runtime.app, runtime.settings
-    topic = app.topic(s.judgments_topic, key_type=bytes, value_type=bytes,
+    topic = app.topic(s.kafka.judgments_topic, key_type=bytes, value_type=bytes,
                       key_serializer="raw", value_serializer="raw")
     table = app.tables.add(ConfirmedTable(app, name=TABLE_NAME, default=dict,
                                           beacon=app.tables.beacon,
-                                          partitions=s.topic_partitions))
-    windowed = table.tumbling(timedelta(seconds=s.window_seconds),
-                              expires=timedelta(seconds=s.window_expires_seconds)
+                                          partitions=s.kafka.topic_partitions))
+    windowed = table.tumbling(timedelta(seconds=s.windows.window_seconds),
+                              expires=timedelta(seconds=s.windows.window_expires_seconds)
                               ).relative_to_stream()
     counter = WindowCounter(runtime, windowed)
     runtime.state["table"] = table

@@ -11,9 +11,8 @@ import click
 
 from ..batch import BatchSummary, run_batch
 from ..estimate import EstimateReport, estimate_cases
-from ..evaluate import Evaluator
+from ..evaluate import build_evaluator
 from ..inputs import read_cases
-from ..judge import LiteLLMJudge
 from ..models import dumps
 from ..settings import Settings, load_settings
 
@@ -114,8 +113,9 @@ def estimate_redteam(input_path: str, limit: int | None, as_json: bool, **flags:
     for problem in problems:
         click.echo(f"skipped {problem}", err=True)
     # The estimator only renders prompts; the judge object is never called.
-    evaluator = Evaluator(LiteLLMJudge(settings), settings=settings)
-    report = estimate_cases([case for _, case in cases], evaluator)
+    evaluator = build_evaluator(settings)
+    report = estimate_cases([case for _, case in cases], evaluator, judge=settings.judge)
+    asyncio.run(evaluator.aclose())
     if as_json:
         click.echo(dumps(_estimate_json(report, settings), indent=True).decode())
     else:
@@ -125,7 +125,7 @@ def estimate_redteam(input_path: str, limit: int | None, as_json: bool, **flags:
 def _estimate_json(report: EstimateReport, settings: Settings) -> dict[str, Any]:
     return {
         "judge_model": report.model,
-        "scoring_mode": settings.redteam.scoring_mode,
+        "scoring_mode": settings.evaluation.redteam.scoring_mode,
         "cases": [vars(c) for c in report.cases],
         "calls": report.calls,
         "cost": report.total.model_dump(),
@@ -135,8 +135,8 @@ def _estimate_json(report: EstimateReport, settings: Settings) -> dict[str, Any]
 
 def _print_estimate(report: EstimateReport, settings: Settings) -> None:
     click.echo(f"redteam estimate  judge={report.model}  "
-               f"scoring_mode={settings.redteam.scoring_mode}  "
-               f"include_reasoning={str(settings.redteam.include_reasoning).lower()}")
+               f"scoring_mode={settings.evaluation.redteam.scoring_mode}  "
+               f"include_reasoning={str(settings.evaluation.redteam.include_reasoning).lower()}")
     click.echo(f"{'case_id':<32} {'calls':>5} {'input_tokens':>12} {'output_tokens':>13}")
     for c in report.cases:
         note = f"  (skipped: {c.skipped})" if c.skipped else ""

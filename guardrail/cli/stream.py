@@ -80,9 +80,9 @@ def produce_command(input_path: str, topic: str | None, **flags: Any) -> None:
         records, problems = parse_records(handle.read())
     for problem in problems:
         click.echo(f"skipped {problem}", err=True)
-    topic = topic or settings.input_topic
-    asyncio.run(ensure_topics(settings))
-    sent = asyncio.run(produce_records(settings, topic, [r for _, r in records]))
+    topic = topic or settings.kafka.input_topic
+    asyncio.run(ensure_topics(settings.kafka))
+    sent = asyncio.run(produce_records(settings.kafka, topic, [r for _, r in records]))
     click.echo(f"produced {sent} records to {topic}")
 
 
@@ -96,10 +96,10 @@ def tail_command(topic: str | None, from_beginning: bool, idle_timeout: float | 
                  limit: int | None, **flags: Any) -> None:
     """Print records of a topic as JSON lines."""
     settings = _settings(**flags)
-    topic = topic or settings.results_topic
+    topic = topic or settings.kafka.results_topic
 
     async def run() -> None:
-        async for _, value in tail_records(settings, topic, from_beginning=from_beginning,
+        async for _, value in tail_records(settings.kafka, topic, from_beginning=from_beginning,
                                            idle_timeout=idle_timeout, limit=limit):
             click.echo(value.decode("utf-8", "replace"))
 

@@ -33,7 +33,7 @@ from .._processes import Child, free_port, guardrail_argv, wait_for_port
 from ..errors import ConfigError, GuardrailError
 from ..kafka.broker import EmbeddedBroker
 from ..kafka.demo_stream import DemoStream
-from ..settings import AlertRule, Settings
+from ..settings import AlertRule, Settings, settings_env
 from .display import alert_lines, result_line
 
 __all__ = ["DemoOptions", "Demo", "load_samples", "settings_env", "JUDGES"]
@@ -88,32 +88,6 @@ def alert_rule() -> AlertRule:
     return AlertRule(metric="toxicity", max_unsafe_rate=None, min_judgments=4,
                      baseline_version=BASELINE, baseline_windows=5, significance=0.05,
                      cooldown_seconds=3600)
-
-
-_SECRETS = ("judge_api_key", "sasl_password")
-
-
-def settings_env(settings: Settings) -> dict[str, str]:
-    """``GUARDRAIL_*`` variables that rebuild ``settings`` in a child process
-    (only fields that differ from the defaults; secrets travel by env, not disk)."""
-    defaults = Settings().model_dump(mode="json")
-    env = {}
-    for name, value in settings.model_dump(mode="json").items():
-        if name in _SECRETS:
-            secret = getattr(settings, name)
-            value = secret.get_secret_value() if secret is not None else None
-        if value is None or value == defaults.get(name):
-            continue
-        if name == "group_labels":
-            text = ",".join(value)
-        elif isinstance(value, (dict, list)):
-            text = orjson.dumps(value).decode()
-        elif isinstance(value, bool):
-            text = str(value).lower()
-        else:
-            text = str(value)
-        env[f"GUARDRAIL_{name.upper()}"] = text
-    return env
 
 
 def _library_logs_to(path: Path) -> None:
@@ -223,7 +197,7 @@ class Demo:
                     self._rule_server.api_base, "judge_api_key": "demo",
                     "judge_input_cost_per_token": 0.0, "judge_output_cost_per_token": 0.0}
         if kind == "configured":
-            self._say(f"judge: the configured judge {self.settings.judge_model}")
+            self._say(f"judge: the configured judge {self.settings.judge.model}")
             return {}
         try:
             return self._start_local_judge()
@@ -250,7 +224,7 @@ class Demo:
         return judge_settings(api_base)
 
     def _start_worker(self, settings: Settings) -> None:
-        self._say(f"starting the guardrail worker (app {settings.app_id}, windows of "
+        self._say(f"starting the guardrail worker (app {settings.kafka.app_id}, windows of "
                   f"{WINDOW_SECONDS}s, alert: toxicity of {CANDIDATE} vs {BASELINE})")
         self._spawn("worker", guardrail_argv("worker", "--loglevel", "warning"), "worker.log",
                     env={**settings_env(settings), "LITELLM_LOCAL_MODEL_COST_MAP": "True"},

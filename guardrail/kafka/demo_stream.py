@@ -63,10 +63,10 @@ class DemoStream:
 
     async def _run(self, records: list[dict[str, Any]], baseline: str, candidate: str) -> bool:
         s = self.settings
-        await ensure_topics(s)
-        consumer = AIOKafkaConsumer(s.results_topic, s.alerts_topic, group_id=None,
+        await ensure_topics(s.kafka)
+        consumer = AIOKafkaConsumer(s.kafka.results_topic, s.kafka.alerts_topic, group_id=None,
                                     auto_offset_reset="earliest", enable_auto_commit=False,
-                                    **client_options(s))
+                                    **client_options(s.kafka))
         await consumer.start()
         reader = asyncio.ensure_future(self._follow(consumer))
         try:
@@ -84,7 +84,7 @@ class DemoStream:
             batch = [r for r in records if r["metadata"]["model_version"] == version]
             self.expected += len(batch)
             self.echo(f"--- {version}: {story}: publishing {len(batch)} answers")
-            await produce_records(self.settings, self.settings.input_topic, batch)
+            await produce_records(self.settings.kafka, self.settings.kafka.input_topic, batch)
             if not await self._wait(lambda: len(self.results) >= self.expected):
                 self.echo(f"gave up: no new result for {self.idle_timeout:.0f}s "
                           f"({len(self.results)}/{self.expected} arrived)")
@@ -127,7 +127,7 @@ class DemoStream:
                     self._receive(message.topic, orjson.loads(message.value))
 
     def _receive(self, topic: str, record: dict[str, Any]) -> None:
-        if topic == self.settings.alerts_topic:
+        if topic == self.settings.kafka.alerts_topic:
             self.alerts.append(record)
             self.show("alert", record)
         else:
@@ -147,7 +147,7 @@ class DemoStream:
                     continue
                 row["judged"] += 1
                 row["unsafe"] += (m.get("result") or [{}])[0].get("verdict") == "UNSAFE"
-        judge = self.results[0].get("judge_model") if self.results else self.settings.judge_model
+        judge = self.results[0].get("judge_model") if self.results else self.settings.judge.model
         return {"judge_model": judge, "expected": self.expected, "results": len(self.results),
                 "by_version": table, "alerts": [
                     {"metric": a.get("metric"), "group": a.get("group"),

@@ -10,16 +10,16 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from ..settings import Settings
+from ..settings import KafkaSettings
 from .clients import client_options
 
 __all__ = ["produce_records", "tail_records"]
 
 
-async def produce_records(settings: Settings, topic: str, records: Iterable[Any]) -> int:
+async def produce_records(kafka: KafkaSettings, topic: str, records: Iterable[Any]) -> int:
     """Publish JSON records keyed by ``case_id``; returns how many the broker acknowledged."""
     producer = AIOKafkaProducer(acks="all", linger_ms=5, max_request_size=16 * 1024 * 1024,
-                                **client_options(settings))
+                                **client_options(kafka))
     await producer.start()
     try:
         futures = []
@@ -33,14 +33,14 @@ async def produce_records(settings: Settings, topic: str, records: Iterable[Any]
         await producer.stop()
 
 
-async def tail_records(settings: Settings, topic: str, *, from_beginning: bool,
+async def tail_records(kafka: KafkaSettings, topic: str, *, from_beginning: bool,
                        idle_timeout: float | None, limit: int | None
                        ) -> AsyncIterator[tuple[Any, bytes]]:
     """Yield ``(message, value)`` from a topic until idle for ``idle_timeout`` or ``limit``."""
     consumer = AIOKafkaConsumer(
         topic, group_id=None, enable_auto_commit=False,
         auto_offset_reset="earliest" if from_beginning else "latest",
-        **client_options(settings))
+        **client_options(kafka))
     await consumer.start()
     seen = 0
     last = time.monotonic()

@@ -14,26 +14,20 @@ import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from ..cache import SqliteCache
 from ..errors import ConfigError
-from ..evaluate import Evaluator
-from ..judge import Judge, LiteLLMJudge
+from ..evaluate import build_evaluator
+from ..judge import Judge
 from ..settings import Settings
 from ..stream.envelope import Source
 from ..stream.processing import MessageJudge, Outgoing, RawMessage
 from .clients import client_options
 
-__all__ = ["ReplaySummary", "replay", "default_cache_path"]
+__all__ = ["ReplaySummary", "replay"]
 
 Progress = Callable[[int, int], None]
-
-
-def default_cache_path() -> Path:
-    return Path.home() / ".cache" / "guardrail" / "judgments.sqlite"
 
 
 @dataclass
@@ -111,13 +105,12 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
                  fire_alerts: bool = False, judge: Judge | None = None,
                  progress: Progress | None = None) -> ReplaySummary:
     """Judge every message of ``topic`` with a timestamp in [start_ms, end_ms)."""
-    topic = topic or settings.input_topic
-    cache = SqliteCache(settings.cache_path or default_cache_path())
-    evaluator = Evaluator(judge or LiteLLMJudge(settings), settings=settings, cache=cache)
-    message_judge = MessageJudge(evaluator, settings=settings, emit_judgments=fire_alerts,
-                                 results_topic=results_topic or settings.results_topic,
+    topic = topic or settings.kafka.input_topic
+    evaluator = build_evaluator(settings, judge=judge, persistent_cache=True)
+    message_judge = MessageJudge.from_settings(evaluator, settings, emit_judgments=fire_alerts,
+                                 results_topic=results_topic or settings.kafka.results_topic,
                                  origin=f"replay-{uuid.uuid4().hex[:12]}")
-    options = client_options(settings)
+    options = client_options(settings.kafka)
     consumer = AIOKafkaConsumer(group_id=None, enable_auto_commit=False, **options)
     producer = AIOKafkaProducer(acks="all", linger_ms=5, **options)
     await consumer.start()
@@ -132,7 +125,6 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
         await consumer.stop()
         await producer.stop()
         await evaluator.aclose()
-        cache.close()
 
 
 async def _consume(consumer: AIOKafkaConsumer, producer: AIOKafkaProducer,
@@ -144,7 +136,7 @@ async def _consume(consumer: AIOKafkaConsumer, producer: AIOKafkaProducer,
         consumer.seek(tp, plan[tp][0])
     while active:
         batch = await consumer.getmany(*active, timeout_ms=1000,
-                                       max_records=settings.batch_size)
+                                       max_records=settings.worker.batch_size)
         raws = []
         for tp, messages in batch.items():
             for m in messages:

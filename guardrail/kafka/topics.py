@@ -4,7 +4,7 @@ Auto-created topics get the broker's default partition count, which breaks
 Faust's co-partitioning (``PartitionsMismatch``); so topics are created
 explicitly, and existing ones that disagree are a clear error::
 
-    await ensure_topics(settings)
+    await ensure_topics(kafka)
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.protocol.metadata import MetadataRequest
 
 from ..errors import ConfigError
-from ..settings import Settings
+from ..settings import KafkaSettings
 from .clients import client_options
 
 __all__ = ["TopicMismatch", "topic_plan", "ensure_topics", "partition_counts"]
@@ -25,11 +25,11 @@ class TopicMismatch(ConfigError):
     """An existing topic has a different partition count than guardrail needs."""
 
 
-def topic_plan(settings: Settings) -> dict[str, int]:
+def topic_plan(kafka: KafkaSettings) -> dict[str, int]:
     """Every topic the worker reads or writes, with its partition count."""
-    n = settings.topic_partitions
-    return {settings.input_topic: n, settings.results_topic: n, settings.dlq_topic: n,
-            settings.alerts_topic: n, settings.judgments_topic: n}
+    n = kafka.topic_partitions
+    return {kafka.input_topic: n, kafka.results_topic: n, kafka.dlq_topic: n,
+            kafka.alerts_topic: n, kafka.judgments_topic: n}
 
 
 async def partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int | None]:
@@ -40,19 +40,19 @@ async def partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dic
             for t in response.to_object()["topics"]}
 
 
-async def ensure_topics(settings: Settings, plan: dict[str, int] | None = None,
+async def ensure_topics(kafka: KafkaSettings, plan: dict[str, int] | None = None,
                         *, strict: frozenset[str] | None = None) -> dict[str, int]:
     """Create missing topics; raise :class:`TopicMismatch` where counts disagree.
 
     ``strict`` names the topics whose count must match (default: all in the plan).
     """
-    plan = plan or topic_plan(settings)
+    plan = plan or topic_plan(kafka)
     strict = frozenset(plan) if strict is None else strict
-    admin = AIOKafkaAdminClient(request_timeout_ms=15000, **client_options(settings))
+    admin = AIOKafkaAdminClient(request_timeout_ms=15000, **client_options(kafka))
     await admin.start()
     try:
         response = await admin.create_topics(
-            [NewTopic(name, num_partitions=n, replication_factor=settings.topic_replication)
+            [NewTopic(name, num_partitions=n, replication_factor=kafka.topic_replication)
              for name, n in plan.items()])
         for name, code, message in response.topic_errors:
             if code not in (0, _TOPIC_ALREADY_EXISTS):

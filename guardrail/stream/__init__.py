@@ -5,7 +5,7 @@ their source coordinates) and go out as :class:`Outgoing` (topic, key, value).
 The Faust worker (:mod:`guardrail.agents`) and ``guardrail replay``
 (:mod:`guardrail.kafka.replay`) both move bytes in and out of it::
 
-    judge = MessageJudge(evaluator, settings=settings)
+    judge = MessageJudge.from_settings(evaluator, settings)
     outgoing = await judge.process([RawMessage(value=b'{"output": "hi"}', source=source)])
 
 - :mod:`.envelope` — input decoding, result and DLQ record shapes;

@@ -3,7 +3,7 @@
 Transport-free: the Faust worker and ``guardrail replay`` both hand raw
 messages in and publish what comes out::
 
-    judge = MessageJudge(evaluator, settings=settings)
+    judge = MessageJudge.from_settings(evaluator, settings)
     outgoing = await judge.process([RawMessage(value=b"...", source=Source(...))])
     # -> results, judgment events (for windows) and DLQ records
 
@@ -25,7 +25,7 @@ import orjson
 
 from ..evaluate import Evaluator
 from ..models import RedteamMetrics
-from ..settings import Settings
+from ..settings import KafkaSettings, Settings, WindowSettings, WorkerSettings
 from .envelope import (BadInput, InputMessage, Source, decode_input, dlq_record, group_labels,
                        result_record)
 from .telemetry import Telemetry
@@ -74,14 +74,15 @@ def partition_key(metric: str, labels: dict[str, str], version_label: str) -> st
 class MessageJudge:
     """Decode, judge and turn a batch into results, judgment events and DLQ records."""
 
-    def __init__(self, evaluator: Evaluator, *, settings: Settings,
-                 telemetry: Telemetry | None = None, emit_judgments: bool = True,
-                 results_topic: str | None = None, origin: str = "live") -> None:
+    def __init__(self, evaluator: Evaluator, *, worker: WorkerSettings, kafka: KafkaSettings,
+                 windows: WindowSettings, telemetry: Telemetry | None = None,
+                 emit_judgments: bool = True, results_topic: str | None = None,
+                 origin: str = "live") -> None:
         self.evaluator = evaluator
-        self.settings = settings
+        self.worker, self.kafka, self.windows = worker, kafka, windows
         self.telemetry = telemetry or Telemetry()
         self.emit_judgments = emit_judgments
-        self.results_topic = results_topic or settings.results_topic
+        self.results_topic = results_topic or kafka.results_topic
         #: Which run produced the judgments ("live", or one replay): the window
         #: counter de-duplicates per origin and source partition.
         self.origin = origin
@@ -89,9 +90,16 @@ class MessageJudge:
         #: from one message the judge keeps failing on.
         self._last_judge_success = float("-inf")
 
+    @classmethod
+    def from_settings(cls, evaluator: Evaluator, settings: Settings, **options: Any,
+                      ) -> MessageJudge:
+        """Take the groups it needs (worker, kafka, windows) from ``settings``."""
+        return cls(evaluator, worker=settings.worker, kafka=settings.kafka,
+                   windows=settings.windows, **options)
+
     async def process(self, batch: list[RawMessage]) -> list[Outgoing]:
         """Never raises for bad input or judge trouble; may wait out an outage."""
-        decoded = [(raw, decode_input(raw.value, max_bytes=self.settings.max_message_bytes))
+        decoded = [(raw, decode_input(raw.value, max_bytes=self.worker.max_message_bytes))
                    for raw in batch]
         good = [(raw, msg) for raw, msg in decoded if isinstance(msg, InputMessage)]
         outgoing = [self._dlq(raw, msg.reason) for raw, msg in decoded
@@ -132,10 +140,10 @@ class MessageJudge:
             round_started = time.monotonic()
             verdicts = list(await asyncio.gather(*(self._judge(m) for m in messages)))
             share = _unavailable_share(verdicts)
-            if self.settings.outage_policy != "pause" or share == 0:
+            if self.worker.outage_policy != "pause" or share == 0:
                 self.telemetry.paused.set(0)
                 return verdicts
-            judge_down = (share >= self.settings.outage_threshold
+            judge_down = (share >= self.worker.outage_threshold
                           and self._last_judge_success < previous_round)
             previous_round = round_started
             if not judge_down:
@@ -150,7 +158,7 @@ class MessageJudge:
             self.telemetry.paused.set(1)
             self.telemetry.outage_pauses.inc()
             await self._pause(delay)
-            delay = min(delay * 2, self.settings.outage_max_backoff)
+            delay = min(delay * 2, self.worker.outage_max_backoff)
 
     async def _pause(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -160,7 +168,7 @@ class MessageJudge:
         log.info("DLQ %s[%d]@%d: %s", raw.source.topic, raw.source.partition,
                  raw.source.offset, reason)
         value = orjson.dumps(dlq_record(reason, raw.value, raw.source))
-        return Outgoing(self.settings.dlq_topic, raw.source.key, value)
+        return Outgoing(self.kafka.dlq_topic, raw.source.key, value)
 
     def _records(self, raw: RawMessage, message: InputMessage,
                  metrics: RedteamMetrics) -> list[Outgoing]:
@@ -193,7 +201,7 @@ class MessageJudge:
 
     def _judgment_events(self, message: InputMessage, metrics: RedteamMetrics,
                          source: Source, event_ms: int) -> list[Outgoing]:
-        labels = group_labels(message.metadata, self.settings.group_labels)
+        labels = group_labels(message.metadata, self.windows.group_labels)
         events = []
         for m in metrics.metrics:
             status = "error" if m.error else ("unsafe" if m.unsafe else "safe")
@@ -202,8 +210,8 @@ class MessageJudge:
                 "status": status, "case_id": message.case.case_id, "event_time_ms": event_ms,
                 "evidence_spans": m.result[0].evidence_spans[:3] if m.unsafe else [],
                 "source": source.as_dict(), "origin": self.origin}
-            key = partition_key(m.name, labels, self.settings.version_label).encode()
-            events.append(Outgoing(self.settings.judgments_topic, key, orjson.dumps(body),
+            key = partition_key(m.name, labels, self.windows.version_label).encode()
+            events.append(Outgoing(self.kafka.judgments_topic, key, orjson.dumps(body),
                                    timestamp_ms=event_ms))
         return events
 

@@ -106,7 +106,7 @@ def _window_figures(env: StreamEnv, web_port: int, most: int) -> dict[str, Any]:
     return {"judgment_events": len(judgments), "unique_judgments": unique,
             "window_total": total, "window_counts_match": total == unique,
             "out_of_order": _out_of_order(judgments, float(env.env.get(
-                "GUARDRAIL_WINDOW_SECONDS", Settings().window_seconds)))}
+                "GUARDRAIL_WINDOW_SECONDS", Settings().windows.window_seconds)))}
 
 
 def _out_of_order(judgments: list[dict[str, Any]], window_seconds: float) -> int:

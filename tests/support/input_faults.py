@@ -19,9 +19,8 @@ from typing import Any
 
 import orjson
 
-from guardrail.evaluate import Evaluator
-from guardrail.judge import LiteLLMJudge
-from guardrail.local.rule_judge import ContentReply, JudgeServer, make_verdict
+from guardrail.evaluate import build_evaluator
+from guardrail.local.rule_judge import ContentReply, JudgeServer
 from guardrail.settings import load_settings
 from guardrail.stream.envelope import Source
 from guardrail.stream.processing import MessageJudge, RawMessage
@@ -66,7 +65,7 @@ def _judge(server: JudgeServer) -> MessageJudge:
     settings = load_settings(environ={}, judge_model="openai/test-judge",
                              judge_api_base=server.api_base, judge_api_key="sk-test",
                              judge_max_retries=0, outage_policy="record")
-    return MessageJudge(Evaluator(LiteLLMJudge(settings), settings=settings), settings=settings)
+    return MessageJudge.from_settings(build_evaluator(settings), settings)
 
 
 async def _process(server: JudgeServer, messages: list[RawMessage]) -> list[Any]:
