@@ -199,10 +199,12 @@ def _nest(data: Any) -> Any:
             block = nested.setdefault(group, {})
             if isinstance(block, dict):
                 block[field] = value
-        elif key in _GROUPS and isinstance(value, dict):
-            nested[key] = {**value, **nested.get(key, {})}
+        elif key in _GROUPS and isinstance(value, (dict, BaseModel)):
+            # A group as a mapping or as its model (``dict(settings)`` gives
+            # models); flat names given beside it win.
+            nested[key] = {**dict(value), **nested.get(key, {})}
         else:
-            nested[key] = value  # a group given as a model, or unknown: pydantic says
+            nested[key] = value  # unknown: pydantic names it
     return nested
 
 

@@ -155,3 +155,12 @@ def test_bad_config_file_is_a_clear_error(tmp_path):
         load_settings(bad, environ={})
     with pytest.raises(ConfigError, match="cannot read"):
         load_settings(tmp_path / "missing.yaml", environ={})
+
+
+def test_flat_overrides_beside_whole_groups_win_whatever_the_order():
+    base = load_settings(environ={}, judge_api_key="sk-1", input_topic="kept")
+    for merged in ({**dict(base), "bootstrap_servers": "b:1", "judge_model": "m"},
+                   {"bootstrap_servers": "b:1", "judge_model": "m", **dict(base)}):
+        built = Settings.model_validate(merged)
+        assert (built.kafka.bootstrap_servers, built.judge.model) == ("b:1", "m")
+        assert built.kafka.input_topic == "kept" and built.secret("judge_api_key") == "sk-1"
