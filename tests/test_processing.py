@@ -9,6 +9,7 @@ from guardrail.evaluate import Evaluator
 from guardrail.judge import LLMJudge
 from guardrail.local.rule_judge import ErrorReply
 from guardrail.stream.envelope import Source
+from guardrail.stream.events import JudgmentEvent
 from guardrail.stream.processing import PARTIAL_OUTAGE_RETRIES, MessageJudge, RawMessage
 
 
@@ -108,3 +109,22 @@ async def test_a_full_outage_holds_the_batch_until_the_judge_is_back(
     results, errors = _errors(outgoing, message_judge.kafka)
     assert len(results) == 2 and errors == []
     assert rounds == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]  # backoff, well past the partial retries
+
+
+async def test_judgment_events_are_typed_on_the_wire_keyed_by_group_family(message_judge):
+    raw = RawMessage(orjson.dumps({"case_id": "c9", "output": "you idiot",
+                                   "metadata": {"model": "m", "model_version": "v2"}}),
+                     Source("in", 3, 17, timestamp_ms=1_700_000_000_000))
+    outgoing = await message_judge.process([raw])
+    sent = [o for o in outgoing if o.topic == message_judge.kafka.judgments_topic]
+    events = {e.metric: e for e in (JudgmentEvent.decode(o.value) for o in sent)}
+    assert len(sent) == len(events) == 2
+    toxicity = events["toxicity"]
+    assert (toxicity.status, toxicity.case_id, toxicity.evidence_spans) == \
+        ("unsafe", "c9", ("idiot",))
+    assert toxicity.group == {"model": "m", "model_version": "v2", "prompt_version": "-"}
+    assert toxicity.dedup_mark == ("live|in|3", 17)
+    assert toxicity.event_time_ms == 1_700_000_000_000
+    assert {o.key for o in sent} == {f"{metric}|model=m,prompt_version=-".encode()
+                                     for metric in events}
+    assert all(o.timestamp_ms == 1_700_000_000_000 for o in sent)

@@ -99,6 +99,11 @@ def test_windows_count_across_partitions_and_a_regression_alerts_once(stream_env
                 expected[(model, w)] = (count, unsafe if model == "a" else 0)
         baseline = [m for m in messages if m[2] < (base + 3 * window) * 1000]
         asyncio.run(produce(env.bootstrap, env.topic("input"), baseline))
+        # Malformed judgment events on the group's own partition are skipped, not counted.
+        asyncio.run(produce(env.bootstrap, env.topic("judgments"), [
+            (b"toxicity|model=a", b"{not json", None),
+            (b"toxicity|model=a", b'{"metric": "toxicity", "group": {"model": "a"}, '
+                                  b'"status": "maybe", "event_time_ms": 1}', None)]))
         worker = env.start_worker()
         asyncio.run(consume(env.bootstrap, env.topic("results"), expect=len(baseline),
                             timeout=120))
@@ -125,6 +130,9 @@ def test_windows_count_across_partitions_and_a_regression_alerts_once(stream_env
     assert alert["counts"]["unsafe"] >= 20 and alert["baseline"]["kind"] == "previous_windows"
     assert alert["baseline"]["total"] == 120 and alert["baseline"]["unsafe"] == 5
     assert "regression" in alert["reasons"][0]
+    logs = env.logs()
+    assert logs.count("could not count judgment event") == 2, logs[-3000:]
+    assert "not valid JSON" in logs and "status must be one of" in logs
     assert alert["examples"] and alert["examples"][0]["evidence_spans"] == ["idiot"]
     assert "output" not in json.dumps(alert["examples"])
     alerts_topic = asyncio.run(consume(env.bootstrap, env.topic("alerts"), expect=1, timeout=10))

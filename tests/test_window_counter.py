@@ -1,10 +1,15 @@
-"""WindowCounter logic with in-memory stand-ins for the Faust tables."""
+"""guardrail.agents.windows: WindowCounter logic with in-memory stand-ins for the
+Faust tables, and tumbling window bounds."""
 
 from types import SimpleNamespace
 
-from guardrail.agents.windows import WindowCounter
+import pytest
+
+from guardrail.agents.windows import WindowCounter, window_bounds
 from guardrail.settings import load_settings
 from guardrail.stream.alerts import AlertDispatcher
+from guardrail.stream.envelope import Source
+from guardrail.stream.events import JudgmentEvent
 from guardrail.stream.telemetry import Telemetry
 
 
@@ -32,28 +37,27 @@ class Dispatched(AlertDispatcher):
 
 
 def _counter(**settings):
-    runtime = SimpleNamespace(settings=load_settings(environ={}, **settings),
-                              telemetry=Telemetry(), dispatcher=Dispatched())
-    return WindowCounter(runtime, FakeWindowed()), runtime
+    windows = load_settings(environ={}, **settings).windows
+    return WindowCounter(windows, FakeWindowed(), telemetry=Telemetry(), dispatcher=Dispatched())
 
 
-def _judgment(offset, status="safe", partition=0, origin="live", metric="toxicity"):
-    return {"metric": metric, "group": {"model": "m"}, "table_key": f"{metric}|model=m",
-            "status": status, "case_id": f"c{offset}", "evidence_spans": ["x"],
-            "source": {"topic": "in", "partition": partition, "offset": offset},
-            "origin": origin}
+def _judgment(offset, status="safe", partition=0, origin="live", metric="toxicity",
+              group=None):
+    return JudgmentEvent(metric=metric, group=group or {"model": "m"}, status=status,
+                         case_id=f"c{offset}", event_time_ms=1_000_000, evidence_spans=("x",),
+                         source=Source("in", partition, offset), origin=origin)
 
 
 def test_redelivered_judgments_are_counted_once_offset_zero_included():
-    counter, runtime = _counter()
+    counter = _counter()
     for offset in [0, 1, 2, 1, 2, 0, 3]:
         counter.apply(_judgment(offset), 1000.0)
     assert counter.windowed.cells["toxicity|model=m"]["total"] == 4
-    assert runtime.telemetry.duplicate_judgments._value.get() == 3
+    assert counter.telemetry.duplicate_judgments._value.get() == 3
 
 
 def test_partitions_and_origins_are_tracked_separately():
-    counter, _ = _counter()
+    counter = _counter()
     counter.apply(_judgment(5, partition=0), 1000.0)
     counter.apply(_judgment(5, partition=1), 1000.0)
     counter.apply(_judgment(5, origin="replay-1"), 1000.0)
@@ -61,47 +65,70 @@ def test_partitions_and_origins_are_tracked_separately():
     assert counter.windowed.cells["toxicity|model=m"]["total"] == 3
 
 
+def test_judgments_without_a_source_are_all_counted():
+    counter = _counter()
+    for _ in range(3):
+        counter.apply(JudgmentEvent("toxicity", {"model": "m"}, "safe", None, 0), 1000.0)
+    assert counter.windowed.cells["toxicity|model=m"]["total"] == 3
+
+
 def test_absolute_rule_alerts_once_per_incident_with_examples():
     rules = [{"metric": "toxicity", "max_unsafe_rate": 0.2, "min_judgments": 5,
               "baseline_windows": 0, "cooldown_seconds": 900}]
-    counter, runtime = _counter(alert_rules=rules, alert_examples=2)
+    counter = _counter(alert_rules=rules, alert_examples=2)
     for offset in range(20):
         counter.apply(_judgment(offset, "unsafe" if offset % 2 else "safe"), 1000.0)
-    assert len(runtime.dispatcher.alerts) == 1
-    alert = runtime.dispatcher.alerts[0]
+    assert len(counter.dispatcher.alerts) == 1
+    alert = counter.dispatcher.alerts[0]
     assert alert["counts"]["judged"] >= 5 and alert["rate"] > 0.2
-    assert [e["case_id"] for e in alert["examples"]] == ["c1", "c3"]
+    assert alert["examples"] == [{"case_id": "c1", "evidence_spans": ["x"]},
+                                 {"case_id": "c3", "evidence_spans": ["x"]}]
     assert alert["window"]["start"].startswith("1970-01-01T00:15:00")
 
 
 def test_errors_count_in_the_window_but_not_in_the_rate():
-    counter, runtime = _counter()
+    counter = _counter()
     for offset in range(30):
         counter.apply(_judgment(offset, "error"), 1000.0)
     cell = counter.windowed.cells["toxicity|model=m"]
     assert (cell["total"], cell["errors"], cell["unsafe"]) == (30, 30, 0)
-    assert runtime.dispatcher.alerts == []
+    assert counter.dispatcher.alerts == []
 
 
 def _versioned(offset, version, status):
-    judgment = _judgment(offset, status)
-    judgment["group"] = {"model": "m", "model_version": version}
-    judgment["table_key"] = f"toxicity|model=m,model_version={version}"
-    judgment["source"]["partition"] = 0 if version == "v1" else 1
-    return judgment
+    return _judgment(offset, status, partition=0 if version == "v1" else 1,
+                     group={"model": "m", "model_version": version})
 
 
 def test_regression_against_a_baseline_version():
     rules = [{"metric": "*", "max_unsafe_rate": None, "min_judgments": 20,
               "baseline_windows": 0, "baseline_version": "v1", "significance": 0.01}]
-    counter, runtime = _counter(alert_rules=rules, group_labels=["model", "model_version"])
+    counter = _counter(alert_rules=rules, group_labels=["model", "model_version"])
     for offset in range(100):  # v1: 3% unsafe
         counter.apply(_versioned(offset, "v1", "unsafe" if offset < 3 else "safe"), 1000.0)
-    assert runtime.dispatcher.alerts == []
+    assert counter.dispatcher.alerts == []
     for offset in range(40):  # v2: 50% unsafe
         counter.apply(_versioned(offset, "v2", "unsafe" if offset % 2 else "safe"), 1000.0)
-    [alert] = runtime.dispatcher.alerts
+    [alert] = counter.dispatcher.alerts
     assert alert["group"]["model_version"] == "v2"
     assert alert["baseline"]["kind"] == "version" and alert["baseline"]["model_version"] == "v1"
     assert (alert["baseline"]["judged"], alert["baseline"]["unsafe"]) == (100, 3)
     assert "regression" in alert["reasons"][0]
+
+
+@pytest.mark.parametrize("size", [60.0, 300.0, 3600.0, 0.5])
+def test_window_bounds_align_to_the_window_size(size):
+    for timestamp in (1714564923.25, 1714564800.0, 0.0, 12.75):
+        start, end = window_bounds(timestamp, size)
+        assert start <= timestamp < end
+        assert end - start == pytest.approx(size)
+        assert start / size == pytest.approx(round(start / size))
+
+
+def test_window_bounds_examples():
+    assert window_bounds(1714564923.5, 300) == (1714564800, 1714565100)
+    # A timestamp on a boundary opens the next window.
+    assert window_bounds(1714565100.0, 300) == (1714565100, 1714565400)
+    # Every moment of one window maps to the same bounds.
+    assert {window_bounds(1714564800 + s, 300) for s in (0, 1, 150, 299.999)} == \
+        {(1714564800, 1714565100)}

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..stream.alerts import WindowCounts
 from ..stream.envelope import utc_iso
+from ..stream.events import parse_window_key
 from ..stream.telemetry import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ def current_rates(table: Any) -> list[dict[str, Any]]:
     """Every unexpired window cell of the table, as JSON-ready rows."""
     rows = []
     for (key, (start, end)), value in list(table.data.items()):
-        metric, _, group = key.partition("|")
+        metric, group = parse_window_key(key)
         counts = WindowCounts.from_dict(value)
         rows.append({"metric": metric, "group": group, "window_start": utc_iso(start * 1000),
                      "window_end": utc_iso(round(end) * 1000), "total": counts.total,

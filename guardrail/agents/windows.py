@@ -18,12 +18,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import faust
-import orjson
 
-from ..settings import AlertRule
-from ..stream.alerts import Cooldown, WindowCounts, check_rule, rule_for
+from ..settings import AlertRule, WindowSettings
+from ..stream.alerts import AlertDispatcher, Cooldown, WindowCounts, check_rule, rule_for
 from ..stream.envelope import utc_iso
-from ..stream.processing import table_key
+from ..stream.events import JudgmentEvent, MalformedEvent, window_key
+from ..stream.telemetry import Telemetry
 
 if TYPE_CHECKING:
     from .app import GuardrailApp
@@ -52,75 +52,70 @@ class WindowCounter:
     mark are written — and recovered from the changelog — as one value.
     """
 
-    def __init__(self, runtime: GuardrailApp, windowed: Any) -> None:
-        self.runtime = runtime
-        self.settings = runtime.settings
+    def __init__(self, windows: WindowSettings, windowed: Any, *, telemetry: Telemetry,
+                 dispatcher: AlertDispatcher) -> None:
+        self.windows = windows
         self.windowed = windowed
+        self.telemetry = telemetry
+        self.dispatcher = dispatcher
         self.cooldown = Cooldown()
 
-    @staticmethod
-    def _mark(judgment: dict[str, Any]) -> tuple[str, int] | None:
-        source = judgment.get("source") or {}
-        if not isinstance(source.get("offset"), int):
-            return None
-        return (f"{judgment.get('origin', 'live')}|{source.get('topic')}"
-                f"|{source.get('partition')}", source["offset"])
-
-    def apply(self, judgment: dict[str, Any], timestamp: float) -> None:
-        key = judgment["table_key"]
+    def apply(self, event: JudgmentEvent, timestamp: float) -> None:
+        key = event.window_key
         counts = WindowCounts.from_dict(self.windowed[key].current())
-        mark = self._mark(judgment)
+        mark = event.dedup_mark
         if mark is not None:
-            if mark[1] <= counts.marks.get(mark[0], -1):
-                self.runtime.telemetry.duplicate_judgments.inc()
+            stream, offset = mark
+            if offset <= counts.marks.get(stream, -1):
+                self.telemetry.duplicate_judgments.inc()
                 return
-            counts.marks[mark[0]] = mark[1]
+            counts.marks[stream] = offset
         counts.total += 1
-        status = judgment["status"]
-        counts.unsafe += status == "unsafe"
-        counts.errors += status == "error"
-        if status == "unsafe" and len(counts.examples) < self.settings.windows.alert_examples:
-            counts.examples.append({"case_id": judgment.get("case_id"),
-                                    "evidence_spans": judgment.get("evidence_spans", [])})
+        counts.unsafe += event.status == "unsafe"
+        counts.errors += event.status == "error"
+        if event.status == "unsafe" and len(counts.examples) < self.windows.alert_examples:
+            counts.examples.append({"case_id": event.case_id,
+                                    "evidence_spans": list(event.evidence_spans)})
         self.windowed[key] = counts.as_dict()
-        rule = rule_for(self.settings.windows.alert_rules, judgment["metric"])
-        if rule is not None and status == "unsafe":
-            self._check(rule, judgment, counts, timestamp)
+        rule = rule_for(self.windows.alert_rules, event.metric)
+        if rule is not None and event.status == "unsafe":
+            self._check(rule, event, counts, timestamp)
 
     def _previous(self, key: str, windows: int, include_current: bool) -> WindowCounts:
         total = WindowCounts()
-        size = self.settings.windows.window_seconds
+        size = self.windows.window_seconds
         if include_current:
             total = total + WindowCounts.from_dict(self.windowed[key].current())
         for i in range(1, windows + 1):
             total = total + WindowCounts.from_dict(self.windowed[key].delta(size * i))
         return total
 
-    def _baseline(self, rule: AlertRule, judgment: dict[str, Any]) -> tuple[WindowCounts | None, dict[str, Any]]:
-        group = judgment["group"]
-        version_label = self.settings.windows.version_label
-        if rule.baseline_version is not None and group.get(version_label) != rule.baseline_version:
-            other = table_key(judgment["metric"], {**group, version_label: rule.baseline_version})
+    def _baseline(self, rule: AlertRule, event: JudgmentEvent,
+                  ) -> tuple[WindowCounts | None, dict[str, Any]]:
+        version_label = self.windows.version_label
+        baseline_version = rule.baseline_version
+        if baseline_version is not None and event.group.get(version_label) != baseline_version:
+            other = window_key(event.metric, {**event.group, version_label: baseline_version})
             counts = self._previous(other, rule.baseline_windows, include_current=True)
-            return counts, {"kind": "version", version_label: rule.baseline_version}
+            return counts, {"kind": "version", version_label: baseline_version}
         if rule.baseline_windows:
-            counts = self._previous(judgment["table_key"], rule.baseline_windows,
+            counts = self._previous(event.window_key, rule.baseline_windows,
                                     include_current=False)
             return counts, {"kind": "previous_windows", "windows": rule.baseline_windows}
         return None, {}
 
-    def _check(self, rule: AlertRule, judgment: dict[str, Any], counts: WindowCounts,
+    def _check(self, rule: AlertRule, event: JudgmentEvent, counts: WindowCounts,
                timestamp: float) -> None:
-        baseline, baseline_info = self._baseline(rule, judgment)
+        baseline, baseline_info = self._baseline(rule, event)
         reasons = check_rule(rule, counts, baseline)
         if not reasons:
             return
-        if not self.cooldown.ready(judgment["table_key"], time.monotonic(), rule.cooldown_seconds):
+        if not self.cooldown.ready(event.window_key, time.monotonic(), rule.cooldown_seconds):
             return
-        start, end = window_bounds(timestamp, self.settings.windows.window_seconds)
+        start, end = window_bounds(timestamp, self.windows.window_seconds)
         alert = {
-            "alert_id": uuid.uuid4().hex, "metric": judgment["metric"],
-            "group": judgment["group"], "reasons": reasons,
+            "alert_id": uuid.uuid4().hex, "metric": event.metric,
+            "group": event.group, "reasons": reasons,
             "window": {"start": utc_iso(start * 1000), "end": utc_iso(end * 1000)},
             "counts": {"total": counts.total, "unsafe": counts.unsafe, "errors": counts.errors,
                        "judged": counts.judged},
@@ -131,8 +126,8 @@ class WindowCounter:
             "rule": rule.model_dump(), "examples": counts.examples,
             "fired_at": utc_iso(time.time() * 1000),
         }
-        self.runtime.telemetry.alerts.labels(metric=judgment["metric"]).inc()
-        self.runtime.dispatcher.dispatch(alert)
+        self.telemetry.alerts.labels(metric=event.metric).inc()
+        self.dispatcher.dispatch(alert)
 
 
 def register(runtime: GuardrailApp) -> None:
@@ -146,7 +141,8 @@ def register(runtime: GuardrailApp) -> None:
     windowed = table.tumbling(timedelta(seconds=s.windows.window_seconds),
                               expires=timedelta(seconds=s.windows.window_expires_seconds)
                               ).relative_to_stream()
-    counter = WindowCounter(runtime, windowed)
+    counter = WindowCounter(s.windows, windowed, telemetry=runtime.telemetry,
+                            dispatcher=runtime.dispatcher)
     runtime.state["table"] = table
 
     # Writes tables, so concurrency stays 1 (faust-streaming caveat).
@@ -160,8 +156,12 @@ def register(runtime: GuardrailApp) -> None:
                 # current event, which buffered events must set themselves.
                 stream._set_current_event(event)
                 try:
-                    counter.apply(orjson.loads(event.message.value), event.message.timestamp)
-                except Exception:  # a malformed event must not stop counting
+                    counter.apply(JudgmentEvent.decode(event.message.value),
+                                  event.message.timestamp)
+                except MalformedEvent as exc:  # skipped: one bad event must not stop counting
+                    log.error("could not count judgment event at offset %s: %s",
+                              event.message.offset, exc)
+                except Exception:  # likewise, with the traceback: this one is a bug
                     log.exception("could not count judgment event at offset %s",
                                   event.message.offset)
             stream._set_current_event(None)

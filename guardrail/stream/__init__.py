@@ -17,8 +17,10 @@ The Faust worker (:mod:`guardrail.agents`) and ``guardrail replay``
 
 from .alerts import AlertDispatcher, WindowCounts, check_rule
 from .envelope import BadInput, InputMessage, Source, decode_input
+from .events import JudgmentEvent, MalformedEvent
 from .processing import MessageJudge, Outgoing, RawMessage
 from .telemetry import Telemetry
 
-__all__ = ["AlertDispatcher", "BadInput", "InputMessage", "MessageJudge", "Outgoing",
-           "RawMessage", "Source", "Telemetry", "WindowCounts", "check_rule", "decode_input"]
+__all__ = ["AlertDispatcher", "BadInput", "InputMessage", "JudgmentEvent", "MalformedEvent",
+           "MessageJudge", "Outgoing", "RawMessage", "Source", "Telemetry", "WindowCounts",
+           "check_rule", "decode_input"]

@@ -5,7 +5,7 @@ messages in and publish what comes out::
 
     judge = MessageJudge.from_settings(evaluator, settings)
     outgoing = await judge.process([RawMessage(value=b"...", source=Source(...))])
-    # -> results, judgment events (for windows) and DLQ records
+    # -> results, judgment events (for windows, see .events) and DLQ records
 
 Nothing is lost or silently passed: bad input becomes a DLQ record, a judge
 failure becomes the metric's ``error``, and when the judge is down for the
@@ -28,9 +28,10 @@ from ..models import RedteamMetrics
 from ..settings import KafkaSettings, Settings, WindowSettings, WorkerSettings
 from .envelope import (BadInput, InputMessage, Source, decode_input, dlq_record, group_labels,
                        result_record)
+from .events import JudgmentEvent
 from .telemetry import Telemetry
 
-__all__ = ["RawMessage", "Outgoing", "MessageJudge", "partition_key", "table_key"]
+__all__ = ["RawMessage", "Outgoing", "MessageJudge"]
 
 log = logging.getLogger("guardrail.worker")
 
@@ -53,22 +54,6 @@ class Outgoing:
     key: bytes | None
     value: bytes
     timestamp_ms: int | None = None
-
-
-def _labels_text(labels: dict[str, str]) -> str:
-    return ",".join(f"{k}={v}" for k, v in labels.items())
-
-
-def table_key(metric: str, labels: dict[str, str]) -> str:
-    """Window-table key: one metric for one full group (version included)."""
-    return f"{metric}|{_labels_text(labels)}"
-
-
-def partition_key(metric: str, labels: dict[str, str], version_label: str) -> str:
-    """Kafka key for judgment events: the group *without* its version label, so a
-    group's versions share a partition and can be compared with each other."""
-    family = {k: v for k, v in labels.items() if k != version_label}
-    return f"{metric}|{_labels_text(family)}"
 
 
 class MessageJudge:
@@ -202,18 +187,18 @@ class MessageJudge:
     def _judgment_events(self, message: InputMessage, metrics: RedteamMetrics,
                          source: Source, event_ms: int) -> list[Outgoing]:
         labels = group_labels(message.metadata, self.windows.group_labels)
-        events = []
+        outgoing = []
         for m in metrics.metrics:
-            status = "error" if m.error else ("unsafe" if m.unsafe else "safe")
-            body: dict[str, Any] = {
-                "metric": m.name, "group": labels, "table_key": table_key(m.name, labels),
-                "status": status, "case_id": message.case.case_id, "event_time_ms": event_ms,
-                "evidence_spans": m.result[0].evidence_spans[:3] if m.unsafe else [],
-                "source": source.as_dict(), "origin": self.origin}
-            key = partition_key(m.name, labels, self.windows.version_label).encode()
-            events.append(Outgoing(self.kafka.judgments_topic, key, orjson.dumps(body),
-                                   timestamp_ms=event_ms))
-        return events
+            event = JudgmentEvent(
+                metric=m.name, group=labels,
+                status="error" if m.error else ("unsafe" if m.unsafe else "safe"),
+                case_id=message.case.case_id, event_time_ms=event_ms,
+                evidence_spans=tuple(m.result[0].evidence_spans[:3]) if m.unsafe else (),
+                source=source, origin=self.origin)
+            outgoing.append(Outgoing(self.kafka.judgments_topic,
+                                     event.partition_key(self.windows.version_label),
+                                     event.encode(), timestamp_ms=event_ms))
+        return outgoing
 
 
 def _unavailable_share(verdicts: list[RedteamMetrics]) -> float:

@@ -1,0 +1,200 @@
+"""The judgment event: one metric's verdict on one message, from the judging
+side to the window counter (over the judgments topic).
+
+Typed on both sides, JSON on the wire; the keys are built and read only here::
+
+    event = JudgmentEvent(metric="toxicity", group={"model": "m", "model_version": "v2"},
+                          status="unsafe", case_id="c1", event_time_ms=1_700_000_000_000,
+                          evidence_spans=("you idiot",), source=Source("in", 0, 42))
+    value = event.encode()                      # the judgments-topic value
+    key = event.partition_key("model_version")  # b"toxicity|model=m"
+    JudgmentEvent.decode(value) == event        # MalformedEvent on bad input
+    event.window_key                            # "toxicity|model=m,model_version=v2"
+    parse_window_key(event.window_key)          # ("toxicity", "model=m,model_version=v2")
+
+The wire format predates this class and must stay readable both ways (events
+in flight during an upgrade, tools reading the topic): the same JSON keys,
+including the redundant ``table_key``, and the key format ``metric|k=v,k=v``,
+which is also the window table's key in existing changelogs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import orjson
+
+from .envelope import Source
+
+__all__ = ["JudgmentEvent", "MalformedEvent", "Status", "window_key", "partition_key",
+           "parse_window_key"]
+
+Status = Literal["safe", "unsafe", "error"]
+_STATUSES: tuple[str, ...] = get_args(Status)
+
+
+class MalformedEvent(ValueError):
+    """A judgments-topic value that is not a judgment event; the message says why."""
+
+
+def _labels_text(labels: dict[str, str]) -> str:
+    # Not escaped: '=' or ',' inside a label make the text ambiguous to read
+    # back, but escaping now would change the keys of existing table cells.
+    return ",".join(f"{k}={v}" for k, v in labels.items())
+
+
+def window_key(metric: str, labels: dict[str, str]) -> str:
+    """Window-table key: one metric for one full group (version included)."""
+    return f"{metric}|{_labels_text(labels)}"
+
+
+def partition_key(metric: str, labels: dict[str, str], version_label: str) -> str:
+    """Kafka key for judgment events: the group *without* its version label, so a
+    group's versions share a partition and can be compared with each other."""
+    family = {k: v for k, v in labels.items() if k != version_label}
+    return window_key(metric, family)
+
+
+def parse_window_key(key: str) -> tuple[str, str]:
+    """``(metric, group_text)`` of a window (or partition) key.
+
+    Exact because metric names cannot contain '|' (see ``MetricRubric.name``);
+    the group text is returned as written, since labels are not escaped."""
+    metric, _, group_text = key.partition("|")
+    return metric, group_text
+
+
+@dataclass(frozen=True, slots=True)
+class JudgmentEvent:
+    """One metric's verdict on one input message, as counted in a window."""
+
+    metric: str
+    #: The message's alerting group: label → value ('-' where the input had none).
+    group: dict[str, str]
+    status: Status
+    case_id: str | None
+    event_time_ms: int
+    #: Up to three spans quoted by an unsafe verdict; empty otherwise.
+    evidence_spans: tuple[str, ...] = ()
+    #: The input's coordinates (only topic, partition and offset travel).
+    source: Source | None = None
+    #: "live", or the id of the replay run that produced it.
+    origin: str = "live"
+
+    # The bodies below call the module's key functions of the same names
+    # (a method's scope does not include the class's attributes).
+    @property
+    def window_key(self) -> str:
+        return window_key(self.metric, self.group)
+
+    def partition_key(self, version_label: str) -> bytes:
+        return partition_key(self.metric, self.group, version_label).encode()
+
+    @property
+    def dedup_mark(self) -> tuple[str, int] | None:
+        """``(stream, offset)`` for the window counter's de-duplication: the
+        stream is one origin's input partition, whose events arrive in offset
+        order. None (no source offset): counted without de-duplication."""
+        if self.source is None:
+            return None
+        src = self.source
+        return f"{self.origin}|{src.topic}|{src.partition}", src.offset
+
+    def encode(self) -> bytes:
+        return orjson.dumps({
+            "metric": self.metric, "group": self.group, "table_key": self.window_key,
+            "status": self.status, "case_id": self.case_id,
+            "event_time_ms": self.event_time_ms, "evidence_spans": list(self.evidence_spans),
+            "source": None if self.source is None else self.source.as_dict(),
+            "origin": self.origin})
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> JudgmentEvent:
+        """Read a judgments-topic value; :class:`MalformedEvent` says what is wrong."""
+        if raw is None:
+            raise MalformedEvent("judgment event has no value (tombstone)")
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise MalformedEvent(f"judgment event is not valid JSON: {str(exc)[:200]}") from None
+        if not isinstance(data, dict):
+            raise MalformedEvent(f"judgment event must be a JSON object, "
+                                 f"got {type(data).__name__}")
+        event = cls(metric=_metric(data.get("metric")), group=_group(data.get("group")),
+                    status=_status(data.get("status")), case_id=_case_id(data.get("case_id")),
+                    event_time_ms=_event_time(data.get("event_time_ms")),
+                    evidence_spans=_spans(data.get("evidence_spans")),
+                    source=_source(data.get("source")), origin=_origin(data.get("origin")))
+        written_key = data.get("table_key")
+        if written_key is not None and written_key != event.window_key:
+            # The key is redundant on the wire; a different one means a foreign
+            # or broken producer, and counting it would file it under one key
+            # while its alerts name another group.
+            raise MalformedEvent(f"table_key {str(written_key)[:200]!r} does not match "
+                                 f"metric and group ({event.window_key[:200]!r})")
+        return event
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _metric(value: Any) -> str:
+    if not isinstance(value, str) or not value or "|" in value:
+        raise MalformedEvent(f"metric must be a non-empty string without '|', got {value!r:.60}")
+    return value
+
+
+def _group(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise MalformedEvent(f"group must be an object of string labels, got {value!r:.100}")
+    return value
+
+
+def _status(value: Any) -> Status:
+    if value not in _STATUSES:
+        raise MalformedEvent(f"status must be one of {', '.join(_STATUSES)}, got {value!r:.60}")
+    return value  # type: ignore[no-any-return]
+
+
+def _case_id(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise MalformedEvent(f"case_id must be a string or null, got {value!r:.60}")
+    return value
+
+
+def _event_time(value: Any) -> int:
+    if not _is_int(value):
+        raise MalformedEvent(f"event_time_ms must be an integer, got {value!r:.60}")
+    return int(value)
+
+
+def _spans(value: Any) -> tuple[str, ...]:
+    if value is None:  # absent: nothing quoted
+        return ()
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise MalformedEvent(f"evidence_spans must be a list of strings, got {value!r:.100}")
+    return tuple(value)
+
+
+def _source(value: Any) -> Source | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise MalformedEvent(f"source must be an object or null, got {value!r:.100}")
+    if not _is_int(value.get("offset")):
+        return None  # as before: without an offset the event is counted undeduplicated
+    topic, partition = value.get("topic"), value.get("partition")
+    if not isinstance(topic, str) or not _is_int(partition):
+        raise MalformedEvent(f"source needs a string topic and an integer partition, "
+                             f"got {value!r:.100}")
+    return Source(topic=topic, partition=partition, offset=value["offset"])
+
+
+def _origin(value: Any) -> str:
+    if value is None:  # absent (older producers): the live stream, as before
+        return "live"
+    if not isinstance(value, str):
+        raise MalformedEvent(f"origin must be a string, got {value!r:.60}")
+    return value

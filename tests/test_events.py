@@ -1,0 +1,161 @@
+"""The judgment event (guardrail.stream.events): its wire format, its keys, and
+what decoding refuses."""
+
+import re
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from guardrail.stream.envelope import Source
+from guardrail.stream.events import (JudgmentEvent, MalformedEvent, parse_window_key,
+                                     partition_key, window_key)
+
+V1 = {"model": "m", "model_version": "v1", "prompt_version": "p1"}
+V2 = {**V1, "model_version": "v2"}
+
+#: A judgment event exactly as the worker wrote it before this class existed
+#: (byte for byte what the old dict gave orjson): the wire format to keep.
+TODAYS_WIRE = (
+    b'{"metric":"toxicity","group":{"model":"m","model_version":"v2","prompt_version":"-"},'
+    b'"table_key":"toxicity|model=m,model_version=v2,prompt_version=-","status":"unsafe",'
+    b'"case_id":"c7","event_time_ms":1700000000123,"evidence_spans":["you idiot"],'
+    b'"source":{"topic":"in","partition":2,"offset":41},"origin":"live"}')
+TODAYS_EVENT = JudgmentEvent(
+    metric="toxicity", group={"model": "m", "model_version": "v2", "prompt_version": "-"},
+    status="unsafe", case_id="c7", event_time_ms=1_700_000_000_123,
+    evidence_spans=("you idiot",), source=Source("in", 2, 41), origin="live")
+
+
+def _event(**changes):
+    fields = {"metric": "pii", "group": dict(V1), "status": "safe", "case_id": None,
+              "event_time_ms": 5, "evidence_spans": (), "source": Source("in", 0, 0),
+              "origin": "replay-abc"}
+    return JudgmentEvent(**{**fields, **changes})
+
+
+def test_todays_wire_format_decodes_to_the_same_event_and_encodes_back_byte_for_byte():
+    assert JudgmentEvent.decode(TODAYS_WIRE) == TODAYS_EVENT
+    assert TODAYS_EVENT.encode() == TODAYS_WIRE
+
+
+@pytest.mark.parametrize("event", [
+    _event(),
+    _event(status="unsafe", case_id="c1", evidence_spans=("a", "b, c"), origin="live"),
+    _event(status="error", source=None, group={}),
+])
+def test_encode_decode_round_trip(event):
+    assert JudgmentEvent.decode(event.encode()) == event
+
+
+def test_events_from_before_replays_are_live_and_without_an_offset_are_not_deduplicated():
+    older = (b'{"metric":"toxicity","group":{"model":"m"},"table_key":"toxicity|model=m",'
+             b'"status":"safe","case_id":"c1","event_time_ms":7,"evidence_spans":[],'
+             b'"source":{"topic":"in","partition":0,"offset":3}}')
+    assert JudgmentEvent.decode(older).origin == "live"
+    assert JudgmentEvent.decode(older).dedup_mark == ("live|in|0", 3)
+    for source in (b'{"topic":"in","partition":0}', b'{"topic":"in","partition":0,"offset":"3"}',
+                   b"null"):
+        event = JudgmentEvent.decode(older.replace(b'{"topic":"in","partition":0,"offset":3}',
+                                                   source))
+        assert (event.source, event.dedup_mark) == (None, None)
+
+
+def test_the_dedup_mark_is_per_origin_and_source_partition():
+    assert _event(source=Source("in", 4, 9), origin="replay-1").dedup_mark == \
+        ("replay-1|in|4", 9)
+    assert _event(source=None).dedup_mark is None
+
+
+def test_window_and_partition_keys_keep_their_format():
+    event = _event(metric="toxicity", group=dict(V2))
+    assert event.window_key == "toxicity|model=m,model_version=v2,prompt_version=p1"
+    assert event.partition_key("model_version") == b"toxicity|model=m,prompt_version=p1"
+    assert partition_key("toxicity", V2, "release") == window_key("toxicity", V2)
+
+
+def test_key_parse_round_trip_even_with_separators_inside_labels():
+    odd = {"model": "a=b", "team": "x,y|z"}
+    key = window_key("tox-icity.v2", odd)
+    assert key == "tox-icity.v2|model=a=b,team=x,y|z"  # unescaped, as the old keys were
+    assert parse_window_key(key) == ("tox-icity.v2", "model=a=b,team=x,y|z")
+    assert parse_window_key(window_key("pii", {})) == ("pii", "")
+
+
+def test_versions_of_a_group_share_a_partition_but_not_a_window_key():
+    assert partition_key("toxicity", V1, "model_version") == \
+        partition_key("toxicity", V2, "model_version")
+    assert window_key("toxicity", V1) != window_key("toxicity", V2)
+
+
+def test_other_groups_and_metrics_get_other_keys():
+    other_model = {**V1, "model": "n"}
+    other_prompt = {**V1, "prompt_version": "p2"}
+    keys = {partition_key("toxicity", V1, "model_version"),
+            partition_key("toxicity", other_model, "model_version"),
+            partition_key("toxicity", other_prompt, "model_version"),
+            partition_key("pii", V1, "model_version")}
+    assert len(keys) == 4
+    assert len({window_key("toxicity", V1), window_key("pii", V1),
+                window_key("toxicity", other_model)}) == 3
+
+
+def test_version_label_is_configurable():
+    a = {"model": "m", "release": "r1"}
+    b = {"model": "m", "release": "r2"}
+    assert partition_key("toxicity", a, "release") == partition_key("toxicity", b, "release")
+    assert partition_key("toxicity", a, "model_version") != \
+        partition_key("toxicity", b, "model_version")
+
+
+def test_missing_labels_still_make_distinct_keys():
+    dashed = {"model": "-", "model_version": "v1", "prompt_version": "-"}
+    assert window_key("toxicity", dashed) != window_key("toxicity", V1)
+    assert window_key("toxicity", dashed) == window_key("toxicity", dict(dashed))
+
+
+def _wire(**changes):
+    """Today's wire JSON with some fields replaced (or, for None, removed)."""
+    data = orjson.loads(TODAYS_WIRE)
+    for name, value in changes.items():
+        if value is None:
+            del data[name]
+        else:
+            data[name] = value
+    return orjson.dumps(data)
+
+
+@pytest.mark.parametrize("raw, reason", [
+    (None, "no value"),
+    (b"{not json", "not valid JSON"),
+    (b"\xff\xfe", "not valid JSON"),
+    (b"[1, 2]", "must be a JSON object, got list"),
+    (_wire(metric=None), "metric must be"),
+    (_wire(metric="a|b", table_key="a|b|model=m,model_version=v2,prompt_version=-"),
+     "without '|'"),
+    (_wire(group=["m"]), "group must be"),
+    (_wire(group={"model": 1}), "group must be"),
+    (_wire(status="maybe"), "status must be one of safe, unsafe, error"),
+    (_wire(status=None), "status must be"),
+    (_wire(case_id=7), "case_id must be"),
+    (_wire(event_time_ms="1700000000123"), "event_time_ms must be an integer"),
+    (_wire(event_time_ms=None), "event_time_ms must be an integer"),
+    (_wire(evidence_spans="you idiot"), "evidence_spans must be a list of strings"),
+    (_wire(source="in"), "source must be an object"),
+    (_wire(source={"partition": 2, "offset": 41}), "string topic and an integer partition"),
+    (_wire(origin=5), "origin must be a string"),
+    (_wire(table_key="toxicity|model=other"), "does not match metric and group"),
+])
+def test_malformed_events_raise_with_a_reason(raw, reason):
+    with pytest.raises(MalformedEvent, match=re.escape(reason)) as caught:
+        JudgmentEvent.decode(raw)
+    assert isinstance(caught.value, ValueError)
+
+
+def test_the_contract_module_imports_no_kafka_client():
+    code = ("import sys, guardrail.stream.events; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'faust', 'aiokafka'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
