@@ -14,7 +14,7 @@ from ..stream.envelope import utc_iso
 from ..stream.telemetry import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:
-    from .app import GuardrailApp
+    from .runtime import WorkerRuntime as GuardrailApp
 
 __all__ = ["register", "current_rates"]
 

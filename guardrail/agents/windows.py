@@ -26,7 +26,7 @@ from ..stream.envelope import utc_iso
 from ..stream.processing import table_key
 
 if TYPE_CHECKING:
-    from .app import GuardrailApp
+    from .runtime import WorkerRuntime as GuardrailApp
 
 __all__ = ["register", "window_bounds", "TABLE_NAME", "WindowCounter"]
 
