@@ -1,10 +1,11 @@
 """Faust wiring of the streaming guardrail (the judging core lives in ``guardrail``).
 
-    runtime = build_app(load_settings())
-    run_worker(runtime)            # blocks until SIGTERM / SIGINT
+    runtime = build_app(load_settings())   # a WorkerRuntime
+    run_worker(runtime)            # blocks until SIGTERM / SIGINT; then runtime.close()
 """
 
-from .app import GuardrailApp, build_app, faust_options
+from .app import build_app, faust_options
 from .runner import run_worker
+from .runtime import GuardrailApp, WorkerRuntime
 
-__all__ = ["GuardrailApp", "build_app", "faust_options", "run_worker"]
+__all__ = ["WorkerRuntime", "GuardrailApp", "build_app", "faust_options", "run_worker"]

@@ -1,9 +1,14 @@
 """The Faust application: judging agent, counting agent, web pages.
 
-Lifecycle: :func:`build_app` wires everything from :class:`Settings`;
-``guardrail worker`` first creates the topics (``ensure_topics``), then runs
-the app's worker until SIGTERM. Each piece lives in its own module:
+    runtime = build_app(load_settings())   # a WorkerRuntime (see .runtime)
+    run_worker(runtime)                    # blocks until SIGTERM / SIGINT
 
+Lifecycle: :func:`build_app` wires everything from :class:`Settings` and
+hooks :meth:`WorkerRuntime.close` into the app's stop; ``guardrail worker``
+first creates the topics (``ensure_topics``), then runs the app's worker
+until SIGTERM. Each piece lives in its own module:
+
+- :mod:`.runtime` — what the agents share, and the order it is closed in.
 - :mod:`.judging` — input topic → judged in batches → results / judgments /
   DLQ, offsets acked only after the broker acknowledged every output.
 - :mod:`.windows` — judgments topic → tumbling windowed counts → alerts.
@@ -13,33 +18,23 @@ the app's worker until SIGTERM. Each piece lives in its own module:
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import faust
+import orjson
 
 from ..evaluate import build_evaluator
 from ..judge import Judge
 from ..kafka.clients import resolve_bootstrap, ssl_context
 from ..settings import Settings
-from ..stream.alerts import AlertDispatcher
+from ..stream.alerts import AlertDispatcher, Sender
 from ..stream.processing import MessageJudge
 from ..stream.telemetry import Telemetry
+from . import judging, web, windows
+from .runtime import GuardrailApp, WorkerRuntime
 from .transport import GuardrailFaustApp
 
-__all__ = ["GuardrailApp", "build_app", "faust_options"]
-
-
-@dataclass
-class GuardrailApp:
-    """The Faust app plus the objects its agents share."""
-
-    app: faust.App
-    settings: Settings
-    telemetry: Telemetry
-    message_judge: MessageJudge
-    dispatcher: AlertDispatcher
-    state: dict[str, object] = field(default_factory=dict)
+__all__ = ["WorkerRuntime", "GuardrailApp", "build_app", "faust_options"]
 
 
 def faust_options(settings: Settings) -> dict[str, object]:
@@ -82,33 +77,35 @@ def _credentials(settings: Settings) -> object:
 
 
 def build_app(settings: Settings, *, judge: Judge | None = None,
-              telemetry: Telemetry | None = None) -> GuardrailApp:
-    """Create the Faust app with its agents, tables and pages."""
-    from . import judging, web, windows
-
+              telemetry: Telemetry | None = None) -> WorkerRuntime:
+    """Create the Faust app with its agents, tables and pages, closed on stop."""
     app = GuardrailFaustApp(settings.kafka.app_id,
                             fetch_wait_ms=settings.worker.consumer_fetch_wait_ms,
                             **faust_options(settings))
     telemetry = telemetry or Telemetry()
     evaluator = build_evaluator(settings, judge=judge)
-    alerts_topic = app.topic(settings.kafka.alerts_topic, key_type=bytes, value_type=bytes,
-                             key_serializer="raw", value_serializer="raw")
-
-    async def send_alert(alert: dict[str, object]) -> None:
-        import orjson
-
-        fut = await alerts_topic.send(key=str(alert.get("metric")).encode(),
-                                      value=orjson.dumps(alert))
-        await fut
-
-    runtime = GuardrailApp(
+    runtime = WorkerRuntime(
         app=app, settings=settings, telemetry=telemetry,
         message_judge=MessageJudge.from_settings(evaluator, settings, telemetry=telemetry),
         dispatcher=AlertDispatcher(webhook_url=settings.windows.alert_webhook_url,
                                    timeout=settings.windows.alert_webhook_timeout,
-                                   send_to_topic=send_alert),
+                                   send_to_topic=_alerts_sender(app, settings)),
     )
     judging.register(runtime)
     windows.register(runtime)
     web.register(runtime)
+    app.before_producer_stops(runtime.close)
     return runtime
+
+
+def _alerts_sender(app: faust.App, settings: Settings) -> Sender:
+    """Write an alert to the alerts topic and wait for the broker's ack."""
+    alerts_topic = app.topic(settings.kafka.alerts_topic, key_type=bytes, value_type=bytes,
+                             key_serializer="raw", value_serializer="raw")
+
+    async def send_alert(alert: dict[str, object]) -> None:
+        fut = await alerts_topic.send(key=str(alert.get("metric")).encode(),
+                                      value=orjson.dumps(alert))
+        await fut
+
+    return send_alert

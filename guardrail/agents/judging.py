@@ -27,7 +27,7 @@ from ..stream.envelope import Source
 from ..stream.processing import Outgoing, RawMessage
 
 if TYPE_CHECKING:
-    from .app import GuardrailApp
+    from .runtime import WorkerRuntime
 
 __all__ = ["register", "OrderedAcker", "MAX_INFLIGHT_BATCHES"]
 
@@ -131,7 +131,7 @@ async def _publish(topics: dict[str, Any], records: list[Outgoing]) -> None:
             delay = min(delay * 2, 30.0)
 
 
-def register(runtime: GuardrailApp) -> None:
+def register(runtime: WorkerRuntime) -> None:
     """Add the judging agent to the app."""
     app, s = runtime.app, runtime.settings
     raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
@@ -156,8 +156,10 @@ def register(runtime: GuardrailApp) -> None:
         finally:
             # Graceful stop: finish what is in flight (bounded), so a rolling
             # restart does not redeliver it; then drop the rest unacked.
+            # The evaluator stays open: the runtime closes it after every agent
+            # stopped (WorkerRuntime.close).
             await acker.drain(SHUTDOWN_GRACE_SECONDS)
             acker.cancel()
-            await runtime.message_judge.evaluator.aclose()
+            log.info("judging agent stopped")
 
     runtime.state["judge_agent"] = judge

@@ -10,7 +10,7 @@ import threading
 from faust import Worker
 
 from ..kafka.topics import ensure_topics
-from .app import GuardrailApp
+from .runtime import WorkerRuntime
 
 __all__ = ["run_worker", "GuardrailWorker"]
 
@@ -42,7 +42,7 @@ class GuardrailWorker(Worker):
         timer.start()
 
 
-def run_worker(runtime: GuardrailApp, *, loglevel: str = "info") -> None:
+def run_worker(runtime: WorkerRuntime, *, loglevel: str = "info") -> None:
     """Create/verify topics, then run the worker in the foreground."""
     settings = runtime.settings
     asyncio.run(ensure_topics(settings.kafka))

@@ -50,17 +50,22 @@ fetch that starts after that seek reads from the position, so a jump it
 still shows is real and is passed on. A check costs one extra fetch per
 jump. Faust's gap also included the jumped-to record itself while it was
 still being processed; here it ends before it.
+
+Besides the transport, :class:`GuardrailFaustApp` runs stop hooks at the one
+moment the worker's runtime needs: after the agents and the consumer stopped,
+before the producer stops (:meth:`GuardrailFaustApp.before_producer_stops`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import aiokafka
 import faust
+import mode
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 log = logging.getLogger("guardrail.transport")
@@ -244,16 +249,60 @@ class _Transport(faust_aiokafka.Transport):
     Consumer: ClassVar[Any] = _Consumer
 
 
+StopHook = Callable[[], Awaitable[None]]
+
+
+class _BeforeProducerStops(mode.Service):
+    """Runs the app's stop hooks. It is the app's child right after the
+    producer, and mode stops children in reverse start order, so it stops
+    after tables, conductor, agents, consumer and web server, and before the
+    producer (and the sensors)."""
+
+    def __init__(self, hooks: list[StopHook], **kwargs: Any) -> None:
+        self._hooks = hooks
+        super().__init__(**kwargs)
+
+    async def on_stop(self) -> None:
+        log.info("agents and consumer stopped, producer still up: running %d stop hook(s)",
+                 len(self._hooks))
+        for hook in self._hooks:
+            await hook()
+
+
 class GuardrailFaustApp(faust.App):
-    """A ``faust.App`` whose worker consumer waits ``fetch_wait_ms`` per fetch::
+    """A ``faust.App`` whose worker consumer waits ``fetch_wait_ms`` per fetch,
+    with hooks that run on stop between the agents and the producer::
 
         app = GuardrailFaustApp("guardrail", broker="kafka://localhost:9092",
                                 fetch_wait_ms=50)
+        app.before_producer_stops(runtime.close)
     """
 
     def __init__(self, *args: Any, fetch_wait_ms: int | None = None, **kwargs: Any) -> None:
         self.fetch_wait_ms = fetch_wait_ms
+        self._stop_hooks: list[StopHook] = []
         super().__init__(*args, **kwargs)
+
+    def before_producer_stops(self, hook: StopHook) -> None:
+        """Await ``hook()`` when the worker stops, once the agents and the consumer
+        have stopped and before the producer does."""
+        self._stop_hooks.append(hook)
+
+    def on_init_dependencies(self) -> Iterable[Any]:
+        services = list(super().on_init_dependencies())
+        producers = [self._producer, getattr(self._producer, "threaded_producer", None)]
+        # After the producer (and its thread, if any); with no producer, first:
+        # it then stops last of all.
+        at = 1 + max((i for i, s in enumerate(services)
+                      if s is not None and any(s is p for p in producers)), default=-1)
+        services.insert(at, _BeforeProducerStops(self._stop_hooks, loop=self.loop,
+                                                 beacon=self.beacon))
+        return services
+
+    async def flush_producer(self) -> None:
+        """Wait until the producer's buffered messages are sent (no-op without one)."""
+        if self._producer is not None:
+            await self._producer.flush()
 
     def _new_transport(self) -> Any:
         url = self.conf.broker_consumer[0]

@@ -15,7 +15,7 @@ from ..stream.events import parse_window_key
 from ..stream.telemetry import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:
-    from .app import GuardrailApp
+    from .runtime import WorkerRuntime as GuardrailApp
 
 __all__ = ["register", "current_rates"]
 

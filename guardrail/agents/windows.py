@@ -26,7 +26,7 @@ from ..stream.events import JudgmentEvent, MalformedEvent, window_key
 from ..stream.telemetry import Telemetry
 
 if TYPE_CHECKING:
-    from .app import GuardrailApp
+    from .runtime import WorkerRuntime as GuardrailApp
 
 __all__ = ["register", "window_bounds", "TABLE_NAME", "WindowCounter"]
 

@@ -133,14 +133,23 @@ class AlertDispatcher:
         self.send_to_topic = send_to_topic
         self.delivered = 0
         self.failed = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Deliveries in flight and their alerts (what is lost if they never finish).
+        self._tasks: dict[asyncio.Task[None], dict[str, Any]] = {}
 
     def dispatch(self, alert: dict[str, Any]) -> None:
         log.warning("ALERT %s %s: %s", alert.get("metric"), alert.get("group"),
                     "; ".join(alert.get("reasons", [])))
         task = asyncio.ensure_future(self._deliver(alert))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = alert
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
+
+    @property
+    def in_flight(self) -> int:
+        """Deliveries not finished yet."""
+        return len(self._tasks)
 
     async def _deliver(self, alert: dict[str, Any]) -> None:
         if self.send_to_topic is not None:
@@ -152,6 +161,9 @@ class AlertDispatcher:
             ok = await self._post(alert)
             self.delivered += ok
             self.failed += not ok
+            if not ok:  # identifies the alert, never its examples (output excerpts)
+                log.error("alert %s (%s %s) not delivered to the webhook",
+                          alert.get("alert_id"), alert.get("metric"), alert.get("group"))
 
     async def _post(self, alert: dict[str, Any]) -> bool:
         timeout = aiohttp.ClientTimeout(total=self.timeout)
@@ -170,7 +182,16 @@ class AlertDispatcher:
         log.error("alert webhook gave up after %d attempts", self.retries + 1)
         return False
 
-    async def drain(self, timeout: float = 10.0) -> None:
-        """Wait for deliveries in flight (used on shutdown and in tests)."""
+    async def drain(self, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """Wait up to ``timeout`` for deliveries in flight (used on shutdown and
+        in tests); return the alerts whose delivery is still unfinished."""
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout)
+        return list(self._tasks.values())
+
+    def cancel(self) -> list[dict[str, Any]]:
+        """Stop the deliveries still in flight; return their alerts."""
+        unfinished = list(self._tasks.items())
+        for task, _ in unfinished:
+            task.cancel()
+        return [alert for _, alert in unfinished]

@@ -76,7 +76,8 @@ class StreamEnv:
                 proc.wait(10)
 
     def logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace") for p in sorted(self.tmp.glob("worker-*.log")))
+        logs = sorted(self.tmp.glob("worker-*.log"))
+        return "\n".join(p.read_text(errors="replace") for p in logs)
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["guardrail", *args], env=self.env, capture_output=True,
@@ -122,10 +123,21 @@ async def consume(bootstrap: str, topic: str, *, expect: int, timeout: float,
 
 
 class WebhookSink:
-    """A tiny HTTP server in a thread that records alert POSTs."""
+    """A tiny HTTP server in a thread that records alert POSTs.
 
-    def __init__(self) -> None:
+    ``received`` holds the POSTs answered 200. A scripted outage: the first
+    ``failures`` POSTs are answered 503 after ``failure_delay`` seconds;
+    ``attempts`` holds every POST and ``attempted`` is set by the first::
+
+        with WebhookSink(failures=1) as sink:
+            sink.attempted.wait(60)   # the first POST arrived (and gets a 503)
+    """
+
+    def __init__(self, *, failures: int = 0, failure_delay: float = 0.0) -> None:
         self.received: list[dict[str, Any]] = []
+        self.attempts: list[dict[str, Any]] = []
+        self.attempted = threading.Event()
+        self.failures, self.failure_delay = failures, failure_delay
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/alerts"
         self._loop = asyncio.new_event_loop()
@@ -136,7 +148,13 @@ class WebhookSink:
         asyncio.set_event_loop(self._loop)
 
         async def handle(request: web.Request) -> web.Response:
-            self.received.append(await request.json())
+            body = await request.json()
+            self.attempts.append(body)
+            self.attempted.set()
+            if len(self.attempts) <= self.failures:
+                await asyncio.sleep(self.failure_delay)
+                return web.json_response({"error": "unavailable"}, status=503)
+            self.received.append(body)
             return web.json_response({"ok": True})
 
         app = web.Application()

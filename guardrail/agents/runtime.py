@@ -1,0 +1,116 @@
+"""The worker's runtime: the Faust app, what its agents share, and the one
+place that releases it all on stop.
+
+    runtime = build_app(load_settings())   # agents/app.py wires a WorkerRuntime
+    run_worker(runtime)                    # Faust calls runtime.close() while stopping
+    await runtime.close()                  # or by hand (tests, embedding); idempotent
+
+This module imports none of the agent modules (``judging``, ``windows``,
+``web``): they import :class:`WorkerRuntime` from here, and ``app`` imports
+them, so there is no import circle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..settings import Settings
+from ..stream.alerts import AlertDispatcher
+from ..stream.processing import MessageJudge
+from ..stream.telemetry import Telemetry
+
+__all__ = ["WorkerRuntime", "GuardrailApp", "ALERT_DRAIN_SECONDS"]
+
+log = logging.getLogger("guardrail.worker")
+
+#: Longest wait for alert deliveries in flight on stop; never more than a
+#: quarter of ``stop_deadline_seconds``, which also has to cover the judging
+#: agent's drain and Faust's own stop (commits, leaving the group).
+ALERT_DRAIN_SECONDS = 10.0
+
+
+@dataclass(eq=False)
+class WorkerRuntime:
+    """The Faust app plus the objects its agents share, started and stopped as one.
+
+    **Start.** :func:`~guardrail.agents.app.build_app` creates everything
+    with no network I/O: the Faust app, the evaluator (the judge opens its
+    HTTP sessions on first use; the judgment cache, SQLite when ``cache_path``
+    is set, is opened here), the alert dispatcher and the telemetry, then
+    registers the agents and pages. The
+    Faust worker then starts the app's services in this order: sensors,
+    producer, *the runtime's stop hook*, web server, consumer, agents,
+    conductor, tables.
+
+    **Stop** (SIGTERM/SIGINT; the worker's ``stop_deadline_seconds`` bounds it
+    all). Faust first stops fetching and stops the tables, then stops the
+    services in reverse start order:
+
+    1. agents — the judging agent drains its in-flight batches, which still
+       need the judge and the producer, and acks them;
+    2. consumer — commits the acked offsets, leaves the group; web server;
+    3. the stop hook → :meth:`close`: nothing judges or counts any more, so no
+       new alert can appear and the judge is no longer needed, while the
+       producer is still up for the alerts topic;
+    4. producer — stops (flushing), then the sensors.
+
+    :meth:`close` therefore, in this order: waits (bounded) for alert
+    deliveries in flight — topic write and webhook POST with its retries — and
+    logs each alert still unfinished as lost (id, metric, group; never output
+    text); closes the evaluator (judge HTTP sessions and the cache); flushes
+    the producer buffer. A failing step is logged and does not skip the rest.
+    """
+
+    app: Any  # GuardrailFaustApp; Any keeps stand-ins usable in unit tests
+    settings: Settings
+    telemetry: Telemetry
+    message_judge: MessageJudge
+    dispatcher: AlertDispatcher
+    state: dict[str, object] = field(default_factory=dict)
+    _closing: asyncio.Future[None] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def alert_drain_seconds(self) -> float:
+        """How long :meth:`close` waits for alert deliveries in flight."""
+        return min(ALERT_DRAIN_SECONDS, self.settings.worker.stop_deadline_seconds / 4)
+
+    async def close(self) -> None:
+        """Deliver or report the alerts in flight, close the evaluator, flush the
+        producer. Idempotent: later and concurrent calls wait for the first."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close())
+        # Shielded: a caller cancelled while waiting must not cut the close short.
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
+        log.info("runtime closing: %d alert deliveries in flight (waiting up to %.1fs)",
+                 self.dispatcher.in_flight, self.alert_drain_seconds)
+        await self._step("delivering alerts", self._drain_alerts)
+        await self._step("closing the evaluator", self.message_judge.evaluator.aclose)
+        await self._step("flushing the producer", self.app.flush_producer)
+        log.info("runtime closed")
+
+    async def _step(self, what: str, step: Any) -> None:
+        try:
+            await step()
+        except Exception:  # the later steps still matter
+            log.exception("runtime close: %s failed", what)
+
+    async def _drain_alerts(self) -> None:
+        await self.dispatcher.drain(self.alert_drain_seconds)
+        # Stop what is left: retrying on while the producer stops would only fail later.
+        lost = self.dispatcher.cancel()
+        if not lost:
+            return
+        log.error("%d alert(s) not delivered within %.1fs of stopping; lost:", len(lost),
+                  self.alert_drain_seconds)
+        for alert in lost:  # examples carry output excerpts: never logged
+            log.error("lost alert %s: metric=%s group=%s window=%s", alert.get("alert_id"),
+                      alert.get("metric"), alert.get("group"), alert.get("window"))
+
+
+#: Deprecated name of :class:`WorkerRuntime`, kept for one release.
+GuardrailApp = WorkerRuntime
