@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .evaluate import aggregate_cost, build_evaluator
-from .inputs import InputProblem
+from .inputs import InputProblem, default_case_id, position_id
 from .judge import Judge
 from .models import Case, CostEstimate, RedteamMetrics, dumps
 from .settings import Settings
@@ -91,6 +91,16 @@ def case_report(case: Case, metrics: RedteamMetrics) -> dict[str, Any]:
             "redteam": metrics.model_dump(mode="json")}
 
 
+def _named(case: Case, where: str, index: int) -> Case:
+    """A case without ``case_id`` is named by the rule the stream uses too
+    (:func:`~guardrail.inputs.default_case_id`): here ``case-N``, N its line or
+    item number; the name shows in its report, its file name and the summary."""
+    if case.case_id:
+        return case
+    # A file has no Kafka key: the rule falls through to the case's position.
+    return case.model_copy(update={"case_id": default_case_id(None, position_id(where, index))})
+
+
 async def run_batch(
     cases: list[tuple[str, Case]],
     *,
@@ -103,6 +113,7 @@ async def run_batch(
 ) -> BatchSummary:
     """Judge cases concurrently (bounded by the judge's limit) and write files."""
     output_dir.mkdir(parents=True, exist_ok=True)
+    cases = [(where, _named(case, where, i)) for i, (where, case) in enumerate(cases, 1)]
     evaluator = build_evaluator(settings, judge=judge)
     summary = BatchSummary(judge_model=settings.judge.model,
                            input_problems=[str(p) for p in problems or []])

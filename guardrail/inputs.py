@@ -4,6 +4,13 @@ Bad records never stop a run: each becomes an :class:`InputProblem` that names
 where it was (``line 7`` or ``item 3``) and why::
 
     cases, problems = read_cases(Path("sample.jsonl"))
+
+A case that names no ``case_id`` gets one by the same rule in a file run and
+in the stream (:func:`default_case_id`)::
+
+    default_case_id(b"order-17", "in/0/42")   # 'order-17'  (the Kafka key)
+    default_case_id(None, "in/0/42")          # 'in/0/42'   (topic/partition/offset)
+    default_case_id(None, position_id("line 9", 1))  # 'case-9' (a file's line or item)
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from pydantic import ValidationError
 from .models import Case
 
 __all__ = ["InputProblem", "read_cases", "parse_records", "case_from_record",
-           "describe_validation"]
+           "describe_validation", "default_case_id", "position_id"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,29 @@ class InputProblem:
 
     def __str__(self) -> str:
         return f"{self.where}: {self.reason}"
+
+
+def default_case_id(key: bytes | None, coordinates: str) -> str:
+    """The one rule for a case without ``case_id``, in batch and stream alike.
+
+    The Kafka key when there is one and it is UTF-8 text (producers key by
+    case id, ``guardrail produce`` does); otherwise where the case came from:
+    ``topic/partition/offset`` in the stream, ``case-N`` in a file run. A
+    binary key is no readable id, so it falls back to the coordinates too.
+    """
+    if key:
+        try:
+            return key.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return coordinates
+
+
+def position_id(where: str, index: int) -> str:
+    """``case-N`` for a file's case at ``line N`` / ``item N`` (see :func:`parse_records`);
+    ``case-<index>`` when ``where`` is no such position (cases built in code)."""
+    kind, _, number = where.partition(" ")
+    return f"case-{number}" if kind in ("line", "item") and number.isdigit() else f"case-{index}"
 
 
 def describe_validation(exc: ValidationError, limit: int = 4) -> str:

@@ -9,8 +9,10 @@ import orjson
 import pytest
 
 from guardrail.models import CostEstimate, JudgeVerdict, MetricResult, RedteamMetrics
+from guardrail.inputs import default_case_id
 from guardrail.stream.envelope import (DLQ_MAX_ORIGINAL, BadInput, InputMessage, Source,
-                                       decode_input, dlq_record, group_labels, result_record)
+                                       bytes_from_text, decode_input, dlq_record, group_labels,
+                                       result_record, text_or_b64)
 
 LIMIT = 1_000_000
 NOON_MS = 1714564800000  # 2024-05-01T12:00:00Z
@@ -308,3 +310,77 @@ def test_dlq_record_for_large_values_has_excerpt_size_and_digest():
     assert record["sha256"] == hashlib.sha256(raw).hexdigest()
     assert record["reason"] == "message too large"
     assert len(orjson.dumps(record)) < 64 * 1024
+
+
+# --- key and headers travel -----------------------------------------------------------
+
+#: A W3C trace context, a binary header, text that looks like the b64 marker,
+#: a header without value, and a name given twice.
+HEADERS = (("traceparent", b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+           ("span-bin", b"\x00\xff\x10"), ("note", b"b64:not really"), ("empty", None),
+           ("dup", b"first"), ("dup", b"second"))
+
+
+def test_bytes_travel_as_text_or_marked_base64_and_come_back_exactly():
+    assert text_or_b64(b"order-17") == "order-17"
+    assert text_or_b64("été".encode()) == "été"
+    assert text_or_b64(b"\x00\xff") == "b64:" + base64.b64encode(b"\x00\xff").decode()
+    # Text that starts with the marker is encoded too, so reading back is unambiguous.
+    assert text_or_b64(b"b64:abc").startswith("b64:") and text_or_b64(b"b64:abc") != "b64:abc"
+    assert text_or_b64(None) is None and bytes_from_text(None) is None
+    for value in (b"order-17", b"", b"\x00\xff\x10", b"b64:abc", "été".encode()):
+        assert bytes_from_text(text_or_b64(value)) == value
+
+
+def test_result_record_carries_the_inputs_key_and_headers():
+    source = Source("in", 1, 5, key=b"order-17", headers=HEADERS)
+    message = _decode(_raw(output="hi"))
+    record = result_record(message, _metrics(), source, judge_model="j", event_time_ms=NOON_MS)
+    assert record["key"] == "order-17"
+    headers = record["headers"]
+    assert headers["traceparent"] == HEADERS[0][1].decode()
+    assert bytes_from_text(headers["span-bin"]) == b"\x00\xff\x10"
+    assert bytes_from_text(headers["note"]) == b"b64:not really"
+    assert headers["empty"] is None
+    assert headers["dup"] == "second"  # the map keeps the last, as lastHeader does
+    assert record["source"] == {"topic": "in", "partition": 1, "offset": 5}
+    assert orjson.loads(orjson.dumps(record)) == record
+
+
+def test_result_record_of_a_message_without_key_or_headers():
+    record = result_record(_decode(_raw(case_id="c", output="hi")), _metrics(),
+                           Source("t", 0, 0), judge_model="j", event_time_ms=NOON_MS)
+    assert record["key"] is None and record["headers"] == {}
+
+
+def test_dlq_record_carries_the_inputs_key_and_headers():
+    raw = b"{not json"
+    source = Source("in", 0, 9, key=b"\xfe\xff", headers=HEADERS)
+    record = dlq_record(_decode(raw).reason, raw, source)
+    assert bytes_from_text(record["key"]) == b"\xfe\xff"
+    assert record["headers"]["traceparent"] == HEADERS[0][1].decode()
+    assert bytes_from_text(record["headers"]["span-bin"]) == b"\x00\xff\x10"
+    assert base64.b64decode(record["source"]["key"]) == b"\xfe\xff"  # kept for old readers
+    assert orjson.loads(orjson.dumps(record)) == record
+
+
+# --- one rule for a missing case_id ----------------------------------------------------
+
+
+@pytest.mark.parametrize("key, case_id", [
+    (b"order-17", "order-17"),          # the Kafka key, decoded
+    (None, "in/2/42"),                  # no key: topic/partition/offset
+    (b"", "in/2/42"),                   # an empty key names nothing
+    (b"\xff\xfe", "in/2/42"),           # a binary key is no readable name
+])
+def test_a_case_without_case_id_is_named_by_key_then_coordinates(key, case_id):
+    source = Source("in", 2, 42, key=key)
+    for raw in (_raw(output="hi"), _raw(case_id=None, output="hi"), _raw(case_id="", output="hi")):
+        message = decode_input(raw, max_bytes=LIMIT, source=source)
+        assert message.case.case_id == case_id == default_case_id(key, source.coordinates)
+
+
+def test_a_case_id_of_its_own_wins_over_the_key():
+    message = decode_input(_raw(case_id="mine", output="hi"), max_bytes=LIMIT,
+                           source=Source("in", 0, 1, key=b"theirs"))
+    assert message.case.case_id == "mine"

@@ -1,4 +1,8 @@
-from guardrail.inputs import read_cases
+import json
+
+from guardrail.batch import run_batch
+from guardrail.inputs import default_case_id, position_id, read_cases
+from guardrail.stream.envelope import Source, decode_input
 
 
 def test_object_array_and_jsonl(tmp_path):
@@ -43,3 +47,28 @@ def test_broken_array_is_one_clear_problem(tmp_path):
     path.write_text('[{"output": "x"},')
     cases, problems = read_cases(path)
     assert not cases and "invalid JSON array" in problems[0].reason
+
+
+def test_a_file_case_without_case_id_is_named_by_its_line_or_item():
+    assert default_case_id(None, position_id("line 9", 4)) == "case-9"
+    assert default_case_id(None, position_id("item 2", 2)) == "case-2"
+    assert position_id("built in code", 5) == "case-5"
+    assert default_case_id(b"order-1", "case-9") == "order-1"
+
+
+async def test_batch_and_stream_name_a_case_without_case_id_by_one_rule(make_settings, tmp_path):
+    # Line 2 is blank: the name follows the file's line (3), not the case's index (2).
+    path = tmp_path / "cases.jsonl"
+    path.write_text('{"case_id": "a", "output": "fine"}\n\n{"output": "fine too"}\n')
+    cases, _ = read_cases(path)
+    out = tmp_path / "out"
+    summary = await run_batch(cases, settings=make_settings(), output_dir=out, report="eval")
+    assert sorted(p.name for p in out.iterdir()) == ["a.json", "case-3.json", "summary.json"]
+    report = json.loads((out / "case-3.json").read_text())
+    assert report["case_id"] == "case-3" == default_case_id(None, position_id("line 3", 2))
+    assert summary.cases == 2
+    # The stream applies the same function: no key, so the coordinates.
+    raw = b'{"output": "fine too"}'
+    source = Source("in", 0, 42)
+    streamed = decode_input(raw, max_bytes=1000, source=source)
+    assert streamed.case.case_id == "in/0/42" == default_case_id(None, source.coordinates)

@@ -128,3 +128,40 @@ async def test_judgment_events_are_typed_on_the_wire_keyed_by_group_family(messa
     assert {o.key for o in sent} == {f"{metric}|model=m,prompt_version=-".encode()
                                      for metric in events}
     assert all(o.timestamp_ms == 1_700_000_000_000 for o in sent)
+
+
+TRACE = (("traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+         ("bin", b"\x00\xff"))
+
+
+async def test_results_and_dlq_records_are_sent_with_the_inputs_headers(message_judge):
+    kafka = message_judge.kafka
+    batch = [RawMessage(b'{"output": "you idiot"}', Source("in", 0, 7, key=b"k7", headers=TRACE)),
+             RawMessage(b"{broken", Source("in", 1, 3, key=b"\xff", headers=TRACE))]
+    outgoing = await message_judge.process(batch)
+    result = next(o for o in outgoing if o.topic == kafka.results_topic)
+    dlq = next(o for o in outgoing if o.topic == kafka.dlq_topic)
+    assert result.headers == TRACE and dlq.headers == TRACE
+    # No case_id: the result is named, and keyed, by the input's key.
+    assert orjson.loads(result.value)["case_id"] == "k7" and result.key == b"k7"
+    assert dlq.key == b"\xff"  # the DLQ keeps the input's key as it was
+    assert orjson.loads(dlq.value)["headers"]["traceparent"] == TRACE[0][1].decode()
+    events = [o for o in outgoing if o.topic == kafka.judgments_topic]
+    assert len(events) == 2 and all(o.headers == () for o in events)
+
+
+async def test_a_replay_routes_bad_input_to_its_own_dlq_and_tallies_what_judging_cost(
+        message_judge, judge_server):
+    live = message_judge
+    replaying = MessageJudge(live.evaluator, worker=live.worker, kafka=live.kafka,
+                             windows=live.windows, emit_judgments=False,
+                             results_topic="r", dlq_topic="r.dlq")
+    batch = [RawMessage(orjson.dumps({"case_id": "a", "output": "fine"}), Source("in", 0, 1)),
+             RawMessage(b"[1]", Source("in", 0, 2))]
+    first = await replaying.process(batch)
+    assert sorted(o.topic for o in first) == ["r", "r.dlq"]
+    tally = replaying.tally
+    assert (tally.judged, tally.cached, tally.errors) == (2, 0, 0)
+    assert tally.input_tokens > 0 and tally.output_tokens > 0
+    await replaying.process(batch)  # same content again: the cache answers
+    assert (tally.judged, tally.cached) == (2, 2) and judge_server.calls == 2

@@ -7,7 +7,9 @@ import time
 import urllib.request
 
 import pytest
-from support.harness import StreamEnv, WebhookSink, consume, produce
+from support.harness import StreamEnv, WebhookSink, consume, consume_messages, produce
+
+from guardrail.stream.envelope import bytes_from_text
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -71,6 +73,45 @@ def test_every_input_gets_exactly_one_result_and_bad_input_goes_to_the_dlq(strea
         f"http://127.0.0.1:{worker.web_port}/metrics", timeout=5).read().decode()
     assert 'guardrail_messages_total{outcome="dlq"} 7.0' in metrics
     assert f'guardrail_messages_total{{outcome="judged"}} {float(n)}' in metrics
+
+
+TRACEPARENT = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def _traced(i):
+    """Kafka headers of input i: W3C trace context plus a binary (non-UTF-8) value."""
+    return (("traceparent", TRACEPARENT), ("trace-id", f"t{i}".encode()),
+            ("span-bin", bytes([0xFF, 0x00, i])))
+
+
+def test_key_and_headers_travel_to_results_and_dlq(stream_env):
+    env = stream_env
+    inputs = [(b"k1", _case(1, "a fine answer"), None, _traced(1)),
+              (b"order-2", b'{"output": "you idiot"}', None, _traced(2)),  # no case_id
+              (b"\xfe\xff", b"{not json", None, _traced(3))]
+    assert env.cli("produce", "--input", "/dev/null").returncode == 0
+    asyncio.run(produce(env.bootstrap, env.topic("input"), inputs))
+    env.start_worker()
+    results = asyncio.run(consume_messages(env.bootstrap, env.topic("results"), expect=2,
+                                           timeout=90, settle=1))
+    dlq = asyncio.run(consume_messages(env.bootstrap, env.topic("dlq"), expect=1, timeout=30))
+    assert len(results) == 2 and len(dlq) == 1, env.logs()[-3000:]
+    by_id = {json.loads(m.value)["case_id"]: m for m in results}
+    assert set(by_id) == {"case-1", "order-2"}  # no case_id: named by the Kafka key
+    for i, (case_id, key) in enumerate((("case-1", b"k1"), ("order-2", b"order-2")), 1):
+        message = by_id[case_id]
+        record = json.loads(message.value)
+        assert bytes_from_text(record["key"]) == key
+        assert {n: bytes_from_text(v) for n, v in record["headers"].items()} == dict(_traced(i))
+        assert record["headers"]["span-bin"].startswith("b64:")
+        assert tuple(message.headers) == _traced(i)  # sent with the input's headers
+        assert message.key == case_id.encode()
+    bad = dlq[0]
+    record = json.loads(bad.value)
+    assert "not valid JSON" in record["reason"]
+    assert bytes_from_text(record["key"]) == b"\xfe\xff" and bad.key == b"\xfe\xff"
+    assert {n: bytes_from_text(v) for n, v in record["headers"].items()} == dict(_traced(3))
+    assert tuple(bad.headers) == _traced(3)
 
 
 def test_windows_count_across_partitions_and_a_regression_alerts_once(stream_env):
@@ -139,29 +180,59 @@ def test_windows_count_across_partitions_and_a_regression_alerts_once(stream_env
     assert [a["alert_id"] for a in alerts_topic] == [alert["alert_id"]]
 
 
+def _replay_inputs(t0):
+    """60 traced cases a second apart, bad input in the range (2) and after it (1)."""
+    messages = [(f"r{i}".encode(), _case(i, f"reply {i}"), t0 + i * 1000, _traced(i))
+                for i in range(60)]
+    messages[16:16] = [(b"bad-1", b"{oops", t0 + 15_500, _traced(100))]  # timestamp order
+    messages[27:27] = [(b"bad-2", b"[1, 2]", t0 + 25_500, _traced(101))]
+    return messages + [(b"bad-late", b"{oops", t0 + 59_500, None)]
+
+
+def _replay(env, *args):
+    proc = env.cli("replay", *args)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
 def test_replay_covers_the_range_stops_and_never_pays_twice(stream_env, thread_judge,
                                                             tmp_path):
-    env = stream_env
-    env.env["GUARDRAIL_CACHE_PATH"] = str(tmp_path / "cache.sqlite")
+    env, cache, t0 = stream_env, tmp_path / "cache.sqlite", 1_700_000_000_000
+    env.env.update({"GUARDRAIL_CACHE_PATH": str(cache),
+                    "GUARDRAIL_JUDGE_INPUT_COST_PER_TOKEN": "0.000001",
+                    "GUARDRAIL_JUDGE_OUTPUT_COST_PER_TOKEN": "0.000002"})
     assert env.cli("produce", "--input", "/dev/null").returncode == 0
-    t0 = 1_700_000_000_000
-    messages = [(f"r{i}".encode(), _case(i, f"reply {i}"), t0 + i * 1000) for i in range(60)]
-    asyncio.run(produce(env.bootstrap, env.topic("input"), messages))
+    asyncio.run(produce(env.bootstrap, env.topic("input"), _replay_inputs(t0)))
     replay_topic = env.topic("results") + "-replay"
-    args = ("replay", "--from", str(t0 + 10_000), "--to", str(t0 + 40_000),
-            "--results-topic", replay_topic)
-    first = env.cli(*args)
-    assert first.returncode == 0, first.stderr
-    summary = json.loads(first.stdout.strip().splitlines()[-1])
-    assert summary["processed"] == 30
+    args = ("--from", str(t0 + 10_000), "--to", str(t0 + 40_000), "--results-topic", replay_topic)
+    summary, stderr = _replay(env, *args)
+    assert summary["processed"] == 32
+    assert (summary["results"], summary["dlq"], summary["judgment_events"]) == (30, 2, 0)
+    assert summary["dlq_topic"] == replay_topic + ".dlq"
+    assert (summary["judged"], summary["cached"], summary["cache"]) == (60, 0, str(cache))
+    assert summary["cost_usd"] > 0 and summary["cost_usd"] == pytest.approx(
+        summary["input_tokens"] * 1e-6 + summary["output_tokens"] * 2e-6)
+    assert list(summary)[-1] == "cost" and summary["cost"].startswith("$")
+    assert f"30 results to {replay_topic}, 2 DLQ records to {replay_topic}.dlq" in stderr
     calls = thread_judge.calls
     assert calls == 60  # 30 cases x 2 metrics
-    results = asyncio.run(consume(env.bootstrap, replay_topic, expect=30, timeout=30, settle=1))
-    assert sorted(r["case_id"] for r in results) == sorted(f"case-{i}" for i in range(10, 40))
-    second = env.cli(*args)
-    assert second.returncode == 0, second.stderr
-    assert json.loads(second.stdout.strip().splitlines()[-1])["processed"] == 30
+    results = asyncio.run(consume_messages(env.bootstrap, replay_topic, expect=30, timeout=30,
+                                           settle=1))
+    values = [json.loads(m.value) for m in results]
+    assert sorted(r["case_id"] for r in values) == sorted(f"case-{i}" for i in range(10, 40))
+    assert all(tuple(m.headers) == _traced(int(v["case_id"][5:]))
+               for m, v in zip(results, values))
+    own_dlq = asyncio.run(consume_messages(env.bootstrap, replay_topic + ".dlq", expect=2,
+                                           timeout=30, settle=1))
+    assert sorted((m.key, tuple(m.headers)) for m in own_dlq) == [
+        (b"bad-1", _traced(100)), (b"bad-2", _traced(101))]
+    again, _ = _replay(env, *args)
+    assert (again["processed"], again["results"], again["dlq"]) == (32, 30, 2)
+    assert (again["judged"], again["cached"]) == (0, 60)  # all from the cache
+    assert again["cost_usd"] == 0 and again["cost"] == "$0.000000"
     assert thread_judge.calls == calls  # the cache paid nothing the second time
+    live_dlq = asyncio.run(consume(env.bootstrap, env.topic("dlq"), expect=1, timeout=3))
+    assert live_dlq == []  # the live DLQ never sees a replay's bad input
     judgments = asyncio.run(consume(env.bootstrap, env.topic("judgments"), expect=1,
                                     timeout=3))
     assert judgments == []  # replay does not feed live alerts by default

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..stream.envelope import Source
@@ -40,8 +40,13 @@ SHUTDOWN_GRACE_SECONDS = 10.0
 def _raw(event: Any) -> RawMessage:
     m = event.message
     timestamp_ms = int(m.timestamp * 1000) if m.timestamp else None
+    # Faust hands the record's headers over as aiokafka read them, (name, bytes)
+    # pairs; its types also allow a mapping.
+    pairs = m.headers.items() if isinstance(m.headers, Mapping) else (m.headers or ())
+    headers = tuple((name, value) for name, value in pairs)
     return RawMessage(value=m.value, source=Source(m.topic, m.partition, m.offset,
-                                                   timestamp_ms=timestamp_ms, key=m.key))
+                                                   timestamp_ms=timestamp_ms, key=m.key,
+                                                   headers=headers))
 
 
 Publish = Callable[[list[Outgoing]], Awaitable[None]]
@@ -118,7 +123,7 @@ async def _publish(topics: dict[str, Any], records: list[Outgoing]) -> None:
             futures = []
             for r in records:
                 futures.append(await topics[r.topic].send(
-                    key=r.key, value=r.value,
+                    key=r.key, value=r.value, headers=list(r.headers) or None,
                     timestamp=r.timestamp_ms / 1000 if r.timestamp_ms else None))
             await asyncio.gather(*futures)
             return

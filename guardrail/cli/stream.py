@@ -7,8 +7,7 @@ import logging
 import signal
 import sys
 import time
-from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -19,6 +18,9 @@ from ..kafka.io import produce_records, tail_records
 from ..kafka.topics import ensure_topics
 from ..stream.envelope import parse_event_time
 from .batch import settings_from_flags, settings_options
+
+if TYPE_CHECKING:  # replay pulls in the judge (litellm): imported when the command runs
+    from ..kafka.replay import ReplaySummary
 
 __all__ = ["register"]
 
@@ -124,9 +126,11 @@ def _time(value: str | None) -> int | None:
 @click.option("--to", "end", help="End time (exclusive); default: the end seen at start.")
 @click.option("--topic", help="Topic to replay (default: the input topic).")
 @click.option("--results-topic", help="Where results go (default: the results topic).")
+@click.option("--dlq-topic", help="Where bad input goes (default: RESULTS_TOPIC.dlq with "
+              "--results-topic, else the DLQ topic).")
 @click.option("--fire-alerts", is_flag=True, help="Also feed the live windows and alerts.")
 def replay_command(start: str, end: str | None, topic: str | None, results_topic: str | None,
-                   fire_alerts: bool, **flags: Any) -> None:
+                   dlq_topic: str | None, fire_alerts: bool, **flags: Any) -> None:
     """Re-judge a time range of a topic, then stop."""
     from ..kafka.replay import replay
 
@@ -137,13 +141,24 @@ def replay_command(start: str, end: str | None, topic: str | None, results_topic
         click.echo(f"\rreplayed {done}/{total}", nl=False, err=True)
 
     summary = asyncio.run(replay(settings, start_ms=start_ms or 0, end_ms=end_ms, topic=topic,
-                                 results_topic=results_topic, fire_alerts=fire_alerts,
-                                 progress=progress))
+                                 results_topic=results_topic, dlq_topic=dlq_topic,
+                                 fire_alerts=fire_alerts, progress=progress))
     click.echo("", err=True)
-    click.echo(orjson.dumps({"topic": summary.topic, "planned": summary.planned,
-                             "processed": summary.processed, "published": summary.published,
-                             "ranges": {str(k): v for k, v in summary.ranges.items()},
-                             "finished_at": datetime.now(timezone.utc).isoformat()}).decode())
+    _print_replay_summary(summary)
+
+
+def _print_replay_summary(summary: ReplaySummary) -> None:
+    """Two readable lines on stderr, then the whole summary as one JSON line on
+    stdout (the last line, for scripts)."""
+    t = summary.tally
+    click.echo(f"replayed {summary.processed} messages: {summary.results} results to "
+               f"{summary.results_topic}, {summary.dlq} DLQ records to {summary.dlq_topic}"
+               + (f", {summary.judgment_events} judgment events" if summary.judgment_events
+                  else ""), err=True)
+    click.echo(f"judged {t.judged}, cached {t.cached} (cache {summary.cache}); tokens "
+               f"{t.input_tokens} in / {t.output_tokens} out; cost {summary.cost_text()}",
+               err=True)
+    click.echo(orjson.dumps(summary.to_json()).decode())
 
 
 def register(cli: click.Group) -> None:

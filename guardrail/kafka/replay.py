@@ -3,9 +3,14 @@
 The range's offsets are found by timestamp; the run stops at the end
 offsets seen when it started, so it always finishes. Identical content is not
 paid twice across replays (a persistent judgment cache), and by default no
-judgment events are emitted, so live alerts do not fire::
+judgment events are emitted, so live alerts do not fire. With its own results
+topic ``R`` its DLQ records go beside them, to ``R.dlq`` (or ``dlq_topic``),
+not into the live DLQ; both topics are created like the worker's. Results and
+DLQ records carry the input's key and headers, and are sent with its headers::
 
-    summary = await replay(settings, start_ms=..., end_ms=None)
+    summary = await replay(settings, start_ms=..., end_ms=None, results_topic="R")
+    summary.results, summary.dlq, summary.tally.judged, summary.tally.cached
+    summary.to_json()   # counts, topics, the cache file, judged / cached / cost
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -22,21 +29,67 @@ from ..evaluate import build_evaluator
 from ..judge import Judge
 from ..settings import Settings
 from ..stream.envelope import Source
-from ..stream.processing import MessageJudge, Outgoing, RawMessage
+from ..stream.processing import JudgeTally, MessageJudge, Outgoing, RawMessage
 from .clients import client_options
+from .topics import ensure_topics
 
-__all__ = ["ReplaySummary", "replay"]
+__all__ = ["ReplaySummary", "replay", "output_topics"]
 
 Progress = Callable[[int, int], None]
 
 
 @dataclass
 class ReplaySummary:
+    """What a replay read, wrote where, and what judging it cost."""
+
     topic: str
+    results_topic: str = ""
+    dlq_topic: str = ""
+    judge_model: str = ""
+    cache: str | None = None
     planned: int = 0
     processed: int = 0
-    published: int = 0
+    results: int = 0
+    dlq: int = 0
+    judgment_events: int = 0
     ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
+    tally: JudgeTally = field(default_factory=JudgeTally)
+    finished_at: str | None = None
+
+    def count(self, records: list[Outgoing]) -> None:
+        for r in records:
+            if r.topic == self.results_topic:
+                self.results += 1
+            elif r.topic == self.dlq_topic:
+                self.dlq += 1
+            else:
+                self.judgment_events += 1
+
+    def cost_usd(self) -> float | None:
+        """Spend of this run; None when some judgment's price is unknown."""
+        return None if self.tally.unpriced else round(self.tally.cost, 10)
+
+    def cost_text(self) -> str:
+        cost = self.cost_usd()
+        if cost is not None:
+            return f"${cost:.6f}"
+        return (f"unknown: {self.tally.unpriced} judgments have no price ('{self.judge_model}' "
+                "is not in litellm's cost map; set judge_input_cost_per_token and "
+                f"judge_output_cost_per_token); priced part ${self.tally.cost:.6f}")
+
+    def to_json(self) -> dict[str, Any]:
+        """Counts first, then the cache used and what judging cost, last."""
+        t = self.tally
+        return {"topic": self.topic, "planned": self.planned, "processed": self.processed,
+                "results": self.results, "results_topic": self.results_topic,
+                "dlq": self.dlq, "dlq_topic": self.dlq_topic,
+                "judgment_events": self.judgment_events,
+                "ranges": {str(k): v for k, v in self.ranges.items()},
+                "finished_at": self.finished_at, "cache": self.cache,
+                "judged": t.judged, "cached": t.cached, "errors": t.errors,
+                "input_tokens": t.input_tokens, "output_tokens": t.output_tokens,
+                "cost_usd": self.cost_usd(),
+                "cost": self.cost_text()}
 
 
 async def _first_record(consumer: AIOKafkaConsumer, tp: TopicPartition,
@@ -95,21 +148,40 @@ async def _plan(consumer: AIOKafkaConsumer, topic: str, start_ms: int,
 
 
 async def _publish(producer: AIOKafkaProducer, records: list[Outgoing]) -> None:
-    futures = [await producer.send(r.topic, r.value, key=r.key, timestamp_ms=r.timestamp_ms)
+    futures = [await producer.send(r.topic, r.value, key=r.key, timestamp_ms=r.timestamp_ms,
+                                   headers=list(r.headers) or None)
                for r in records]
     await asyncio.gather(*futures)
 
 
+def output_topics(settings: Settings, results_topic: str | None,
+                  dlq_topic: str | None) -> tuple[str, str]:
+    """(results, DLQ) topics of a replay: its own results topic ``R`` puts
+    its DLQ records beside them, on ``R.dlq``, never into the live DLQ."""
+    live = settings.kafka
+    results = results_topic or live.results_topic
+    if dlq_topic is None:
+        dlq_topic = live.dlq_topic if results == live.results_topic else f"{results}.dlq"
+    if dlq_topic == results:
+        raise ConfigError(f"the DLQ topic must differ from the results topic ({results!r})")
+    return results, dlq_topic
+
+
 async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None,
                  topic: str | None = None, results_topic: str | None = None,
-                 fire_alerts: bool = False, judge: Judge | None = None,
-                 progress: Progress | None = None) -> ReplaySummary:
+                 dlq_topic: str | None = None, fire_alerts: bool = False,
+                 judge: Judge | None = None, progress: Progress | None = None) -> ReplaySummary:
     """Judge every message of ``topic`` with a timestamp in [start_ms, end_ms)."""
     topic = topic or settings.kafka.input_topic
+    results_topic, dlq_topic = output_topics(settings, results_topic, dlq_topic)
+    n = settings.kafka.topic_partitions
+    # Not strict: a replay's output need not be co-partitioned with anything.
+    await ensure_topics(settings.kafka, {results_topic: n, dlq_topic: n}, strict=frozenset())
     evaluator = build_evaluator(settings, judge=judge, persistent_cache=True)
-    message_judge = MessageJudge.from_settings(evaluator, settings, emit_judgments=fire_alerts,
-                                 results_topic=results_topic or settings.kafka.results_topic,
-                                 origin=f"replay-{uuid.uuid4().hex[:12]}")
+    message_judge = MessageJudge.from_settings(
+        evaluator, settings, emit_judgments=fire_alerts, results_topic=results_topic,
+        dlq_topic=dlq_topic, origin=f"replay-{uuid.uuid4().hex[:12]}")
+    cache_path = getattr(evaluator.cache, "path", None)
     options = client_options(settings.kafka)
     consumer = AIOKafkaConsumer(group_id=None, enable_auto_commit=False, **options)
     producer = AIOKafkaProducer(acks="all", linger_ms=5, **options)
@@ -117,9 +189,14 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
     await producer.start()
     try:
         plan = await _plan(consumer, topic, start_ms, end_ms)
-        summary = ReplaySummary(topic=topic, planned=sum(b - a for a, b in plan.values()),
-                                ranges={tp.partition: r for tp, r in plan.items()})
+        summary = ReplaySummary(topic=topic, results_topic=results_topic, dlq_topic=dlq_topic,
+                                judge_model=evaluator.judge.model,
+                                cache=str(cache_path) if cache_path else None,
+                                planned=sum(b - a for a, b in plan.values()),
+                                ranges={tp.partition: r for tp, r in plan.items()},
+                                tally=message_judge.tally)
         await _consume(consumer, producer, message_judge, plan, summary, settings, progress)
+        summary.finished_at = datetime.now(timezone.utc).isoformat()
         return summary
     finally:
         await consumer.stop()
@@ -142,14 +219,15 @@ async def _consume(consumer: AIOKafkaConsumer, producer: AIOKafkaProducer,
             for m in messages:
                 if m.offset < active.get(tp, -1):
                     raws.append(RawMessage(m.value, Source(
-                        m.topic, m.partition, m.offset, timestamp_ms=m.timestamp, key=m.key)))
+                        m.topic, m.partition, m.offset, timestamp_ms=m.timestamp, key=m.key,
+                        headers=tuple(m.headers or ()))))
             if tp in active and messages and messages[-1].offset + 1 >= active[tp]:
                 del active[tp]
         if raws:
             records = await message_judge.process(raws)
             await _publish(producer, records)
             summary.processed += len(raws)
-            summary.published += len(records)
+            summary.count(records)
             if progress:
                 progress(summary.processed, summary.planned)
         for tp in list(active):  # nothing left below the stop (e.g. compacted away)

@@ -1,8 +1,8 @@
 """The stream contract: what the worker reads, judges, publishes and counts.
 
 It knows no Kafka client: records come in as :class:`RawMessage` (bytes plus
-their source coordinates) and go out as :class:`Outgoing` (topic, key, value).
-The Faust worker (:mod:`guardrail.agents`) and ``guardrail replay``
+their source coordinates, key and headers) and go out as :class:`Outgoing`
+(topic, key, value, headers). The Faust worker (:mod:`guardrail.agents`) and ``guardrail replay``
 (:mod:`guardrail.kafka.replay`) both move bytes in and out of it::
 
     judge = MessageJudge.from_settings(evaluator, settings)

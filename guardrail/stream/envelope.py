@@ -3,11 +3,22 @@
 Pure functions over bytes and dicts — no Kafka here, so every rule about bad
 input is testable on its own::
 
-    decoded = decode_input(raw_bytes, max_bytes=1_000_000)
+    source = Source("model-outputs", 0, 42, key=b"c1", headers=(("traceparent", b"00-4bf9"),))
+    decoded = decode_input(raw_bytes, max_bytes=1_000_000, source=source)
     if isinstance(decoded, BadInput):
         record = dlq_record(decoded.reason, raw_bytes, source)
     else:
         record = result_record(decoded, metrics, source, judge_model="...")
+
+Both records carry the input's Kafka ``key`` and ``headers`` (a name → value
+map) so results join back to traces. Bytes that are not UTF-8 travel as
+``"b64:"`` + base64, and so does text that itself starts with ``b64:``, so a
+reader can always tell: :func:`bytes_from_text` turns a value back into the
+original bytes::
+
+    text_or_b64(b"00-4bf9")     # '00-4bf9'
+    text_or_b64(b"\xff\x00")    # 'b64:/wA='
+    bytes_from_text("b64:/wA=") # b'\xff\x00'
 """
 
 from __future__ import annotations
@@ -21,30 +32,76 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from ..inputs import describe_validation
+from ..inputs import default_case_id, describe_validation
 from ..models import Case, RedteamMetrics
 
-__all__ = ["Source", "InputMessage", "BadInput", "decode_input", "result_record",
-           "dlq_record", "group_labels", "parse_event_time", "utc_iso"]
+__all__ = ["Source", "Headers", "InputMessage", "BadInput", "decode_input", "result_record",
+           "dlq_record", "group_labels", "parse_event_time", "utc_iso", "text_or_b64",
+           "bytes_from_text", "headers_map", "B64_PREFIX"]
 
 #: Originals up to this size travel whole on the DLQ; larger ones as an excerpt.
 DLQ_MAX_ORIGINAL = 256 * 1024
 _EXCERPT = 2048
 _MAX_LABEL = 200
+#: Marks a value carried as base64 in ``key`` and ``headers`` of the records.
+B64_PREFIX = "b64:"
+
+#: Kafka record headers as clients hand them over: (name, value) pairs, in order.
+Headers = tuple[tuple[str, bytes | None], ...]
 
 
 @dataclass(frozen=True)
 class Source:
-    """Where a message came from, so consumers can de-duplicate."""
+    """Where a message came from (so consumers can de-duplicate), with its
+    Kafka key and headers (so results can be joined back to traces)."""
 
     topic: str
     partition: int
     offset: int
     timestamp_ms: int | None = None
     key: bytes | None = None
+    headers: Headers = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"topic": self.topic, "partition": self.partition, "offset": self.offset}
+
+    @property
+    def coordinates(self) -> str:
+        """``topic/partition/offset``: names a message that has no other name."""
+        return f"{self.topic}/{self.partition}/{self.offset}"
+
+
+def text_or_b64(value: bytes | None) -> str | None:
+    """Bytes as JSON text: UTF-8 as is, anything else as ``b64:`` + base64.
+
+    Text that happens to start with ``b64:`` is encoded too, so reading a
+    value back (:func:`bytes_from_text`) is never ambiguous.
+    """
+    if value is None:
+        return None
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and not text.startswith(B64_PREFIX):
+        return text
+    return B64_PREFIX + base64.b64encode(value).decode()
+
+
+def bytes_from_text(text: str | None) -> bytes | None:
+    """The original bytes of a ``key`` or header value from a record."""
+    if text is None:
+        return None
+    if text.startswith(B64_PREFIX):
+        return base64.b64decode(text[len(B64_PREFIX):])
+    return text.encode("utf-8")
+
+
+def headers_map(headers: Headers) -> dict[str, str | None]:
+    """Headers as a JSON object. Kafka allows a name twice; the map keeps the
+    last value (as ``lastHeader`` lookups do), while the published record's
+    Kafka headers keep every pair."""
+    return {name: text_or_b64(value) for name, value in headers}
 
 
 @dataclass(frozen=True)
@@ -104,8 +161,14 @@ def _metadata(value: Any) -> dict[str, str]:
     return labels
 
 
-def decode_input(raw: bytes | None, *, max_bytes: int) -> InputMessage | BadInput:
-    """Validate one input message; every failure names its reason."""
+def decode_input(raw: bytes | None, *, max_bytes: int,
+                 source: Source | None = None) -> InputMessage | BadInput:
+    """Validate one input message; every failure names its reason.
+
+    With its ``source``, a case without ``case_id`` is named by the rule file
+    runs use too (:func:`~guardrail.inputs.default_case_id`): its Kafka key,
+    else ``topic/partition/offset``.
+    """
     if raw is None:
         return BadInput("message has no value (tombstone)")
     if len(raw) > max_bytes:
@@ -131,6 +194,9 @@ def decode_input(raw: bytes | None, *, max_bytes: int) -> InputMessage | BadInpu
         return BadInput(f"invalid case: {exc}")
     if not case.has_output:
         return BadInput("not judged: output is required and is missing or empty")
+    if source is not None and not case.case_id:
+        case = case.model_copy(
+            update={"case_id": default_case_id(source.key, source.coordinates)})
     return InputMessage(case=case, metadata=metadata, event_time_ms=event_time)
 
 
@@ -141,7 +207,8 @@ def group_labels(metadata: dict[str, str], labels: tuple[str, ...]) -> dict[str,
 
 def result_record(message: InputMessage, metrics: RedteamMetrics, source: Source, *,
                   judge_model: str, event_time_ms: int) -> dict[str, Any]:
-    """The results-topic value: the spec's RedteamMetrics plus identity fields."""
+    """The results-topic value: the spec's RedteamMetrics plus identity fields
+    (``case_id``, ``source``, and the input's ``key`` and ``headers``)."""
     record = metrics.model_dump(mode="json")
     record.update({
         "case_id": message.case.case_id,
@@ -150,18 +217,24 @@ def result_record(message: InputMessage, metrics: RedteamMetrics, source: Source
         "event_time": utc_iso(event_time_ms),
         "judged_at": utc_iso(datetime.now(timezone.utc).timestamp() * 1000),
         "source": source.as_dict(),
+        "key": text_or_b64(source.key),
+        "headers": headers_map(source.headers),
     })
     return record
 
 
 def dlq_record(reason: str, raw: bytes | None, source: Source) -> dict[str, Any]:
-    """The DLQ value: the reason, where it came from, and the original bytes
-    (base64) or, for big values, an excerpt plus size and digest."""
+    """The DLQ value: the reason, where it came from, the input's ``key`` and
+    ``headers`` (as in result records), and the original bytes (base64) or, for
+    big values, an excerpt plus size and digest. ``source.key`` (always plain
+    base64) stays for readers written before ``key``."""
     raw = raw or b""
     record: dict[str, Any] = {
         "reason": reason,
         "source": {**source.as_dict(), "timestamp": source.timestamp_ms,
                    "key": base64.b64encode(source.key).decode() if source.key else None},
+        "key": text_or_b64(source.key),
+        "headers": headers_map(source.headers),
         "size": len(raw),
         "sha256": hashlib.sha256(raw).hexdigest(),
         "failed_at": utc_iso(datetime.now(timezone.utc).timestamp() * 1000),

@@ -5,7 +5,9 @@ messages in and publish what comes out::
 
     judge = MessageJudge.from_settings(evaluator, settings)
     outgoing = await judge.process([RawMessage(value=b"...", source=Source(...))])
-    # -> results, judgment events (for windows, see .events) and DLQ records
+    # -> results, judgment events (for windows, see .events) and DLQ records;
+    #    results and DLQ records carry the input's Kafka headers (trace context)
+    judge.tally.judged, judge.tally.cached, judge.tally.cost   # what judging cost so far
 
 Nothing is lost or silently passed: bad input becomes a DLQ record, a judge
 failure becomes the metric's ``error``, and when the judge is down for the
@@ -26,12 +28,12 @@ import orjson
 from ..evaluate import Evaluator
 from ..models import RedteamMetrics
 from ..settings import KafkaSettings, Settings, WindowSettings, WorkerSettings
-from .envelope import (BadInput, InputMessage, Source, decode_input, dlq_record, group_labels,
-                       result_record)
+from .envelope import (BadInput, Headers, InputMessage, Source, decode_input, dlq_record,
+                       group_labels, result_record)
 from .events import JudgmentEvent
 from .telemetry import Telemetry
 
-__all__ = ["RawMessage", "Outgoing", "MessageJudge"]
+__all__ = ["RawMessage", "Outgoing", "MessageJudge", "JudgeTally"]
 
 log = logging.getLogger("guardrail.worker")
 
@@ -48,12 +50,45 @@ class RawMessage:
 
 @dataclass(frozen=True)
 class Outgoing:
-    """One record to publish. ``timestamp_ms`` None lets the producer stamp it."""
+    """One record to publish. ``timestamp_ms`` None lets the producer stamp it;
+    ``headers`` are the Kafka headers to send (results and DLQ records repeat
+    the input's, so trace context such as ``traceparent`` propagates)."""
 
     topic: str
     key: bytes | None
     value: bytes
     timestamp_ms: int | None = None
+    headers: Headers = ()
+
+
+@dataclass
+class JudgeTally:
+    """What the metric judgments of published results cost, for run summaries.
+
+    ``judged`` counts judgments asked of the judge (errors included),
+    ``cached`` those served from the cache; ``cost`` is USD at known prices and
+    ``unpriced`` counts judgments whose price is unknown.
+    """
+
+    judged: int = 0
+    cached: int = 0
+    errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    unpriced: int = 0
+
+    def add(self, metrics: RedteamMetrics) -> None:
+        for m in metrics.metrics:
+            self.cached += m.cached
+            self.judged += not m.cached
+            self.errors += m.error is not None
+            self.input_tokens += m.input_tokens
+            self.output_tokens += m.output_tokens
+            if m.cost is None:
+                self.unpriced += 1
+            else:
+                self.cost += m.cost
 
 
 class MessageJudge:
@@ -62,12 +97,14 @@ class MessageJudge:
     def __init__(self, evaluator: Evaluator, *, worker: WorkerSettings, kafka: KafkaSettings,
                  windows: WindowSettings, telemetry: Telemetry | None = None,
                  emit_judgments: bool = True, results_topic: str | None = None,
-                 origin: str = "live") -> None:
+                 dlq_topic: str | None = None, origin: str = "live") -> None:
         self.evaluator = evaluator
         self.worker, self.kafka, self.windows = worker, kafka, windows
         self.telemetry = telemetry or Telemetry()
         self.emit_judgments = emit_judgments
         self.results_topic = results_topic or kafka.results_topic
+        self.dlq_topic = dlq_topic or kafka.dlq_topic
+        self.tally = JudgeTally()
         #: Which run produced the judgments ("live", or one replay): the window
         #: counter de-duplicates per origin and source partition.
         self.origin = origin
@@ -84,7 +121,8 @@ class MessageJudge:
 
     async def process(self, batch: list[RawMessage]) -> list[Outgoing]:
         """Never raises for bad input or judge trouble; may wait out an outage."""
-        decoded = [(raw, decode_input(raw.value, max_bytes=self.worker.max_message_bytes))
+        decoded = [(raw, decode_input(raw.value, max_bytes=self.worker.max_message_bytes,
+                                      source=raw.source))
                    for raw in batch]
         good = [(raw, msg) for raw, msg in decoded if isinstance(msg, InputMessage)]
         outgoing = [self._dlq(raw, msg.reason) for raw, msg in decoded
@@ -153,7 +191,7 @@ class MessageJudge:
         log.info("DLQ %s[%d]@%d: %s", raw.source.topic, raw.source.partition,
                  raw.source.offset, reason)
         value = orjson.dumps(dlq_record(reason, raw.value, raw.source))
-        return Outgoing(self.kafka.dlq_topic, raw.source.key, value)
+        return Outgoing(self.dlq_topic, raw.source.key, value, headers=raw.source.headers)
 
     def _records(self, raw: RawMessage, message: InputMessage,
                  metrics: RedteamMetrics) -> list[Outgoing]:
@@ -161,15 +199,18 @@ class MessageJudge:
                          if t is not None and t >= 0), int(time.time() * 1000))
         record = result_record(message, metrics, raw.source, event_time_ms=event_ms,
                                judge_model=self.evaluator.judge.model)
-        case_id = message.case.case_id
-        key = case_id.encode() if case_id else raw.source.key
-        records = [Outgoing(self.results_topic, key, orjson.dumps(record))]
+        # Keyed by case_id, which decode_input always set (the case's own, else
+        # the input's key, else its coordinates).
+        key = (message.case.case_id or raw.source.coordinates).encode()
+        records = [Outgoing(self.results_topic, key, orjson.dumps(record),
+                            headers=raw.source.headers)]
         self._count(metrics)
         if self.emit_judgments:
             records.extend(self._judgment_events(message, metrics, raw.source, event_ms))
         return records
 
     def _count(self, metrics: RedteamMetrics) -> None:
+        self.tally.add(metrics)
         t = self.telemetry
         t.messages.labels(outcome="judged").inc()
         for m in metrics.metrics:

@@ -84,15 +84,18 @@ class StreamEnv:
                               text=True, timeout=timeout)
 
 
-async def produce(bootstrap: str, topic: str, values: list[tuple[bytes | None, bytes, int | None]]
-                  ) -> None:
-    """Send (key, value, timestamp_ms) triples and wait for every ack."""
+async def produce(bootstrap: str, topic: str, values: list[tuple[Any, ...]]) -> None:
+    """Send (key, value, timestamp_ms) triples, or (key, value, timestamp_ms,
+    headers) with headers as (name, bytes) pairs, and wait for every ack."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
                                 max_request_size=32 * 1024 * 1024)
     await producer.start()
     try:
-        futures = [await producer.send(topic, value, key=key, timestamp_ms=ts)
-                   for key, value, ts in values]
+        futures = []
+        for key, value, ts, *headers in values:
+            futures.append(await producer.send(
+                topic, value, key=key, timestamp_ms=ts,
+                headers=list(headers[0]) if headers and headers[0] else None))
         await asyncio.gather(*futures)
     finally:
         await producer.stop()
@@ -102,10 +105,18 @@ async def consume(bootstrap: str, topic: str, *, expect: int, timeout: float,
                   settle: float = 0.0) -> list[dict[str, Any]]:
     """Read a topic from the start until ``expect`` records (then ``settle`` more
     seconds, to catch extras) or ``timeout``; values parsed as JSON."""
+    messages = await consume_messages(bootstrap, topic, expect=expect, timeout=timeout,
+                                      settle=settle)
+    return [json.loads(m.value) for m in messages]
+
+
+async def consume_messages(bootstrap: str, topic: str, *, expect: int, timeout: float,
+                           settle: float = 0.0) -> list[Any]:
+    """As :func:`consume`, but the aiokafka records themselves (key, headers, value)."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
                                 auto_offset_reset="earliest", enable_auto_commit=False)
     await consumer.start()
-    records: list[dict[str, Any]] = []
+    records: list[Any] = []
     deadline = time.monotonic() + timeout
     settle_until: float | None = None
     try:
@@ -116,7 +127,7 @@ async def consume(bootstrap: str, topic: str, *, expect: int, timeout: float,
                 break
             batch = await consumer.getmany(timeout_ms=300)
             for messages in batch.values():
-                records.extend(json.loads(m.value) for m in messages)
+                records.extend(messages)
     finally:
         await consumer.stop()
     return records
