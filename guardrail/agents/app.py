@@ -26,6 +26,7 @@ import orjson
 from ..evaluate import build_evaluator
 from ..judge import Judge
 from ..kafka.clients import resolve_bootstrap, ssl_context
+from ..kafka.rates_view import RatesView
 from ..settings import Settings
 from ..stream.alerts import AlertDispatcher, Sender
 from ..stream.processing import MessageJudge
@@ -90,10 +91,12 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
         dispatcher=AlertDispatcher(webhook_url=settings.windows.alert_webhook_url,
                                    timeout=settings.windows.alert_webhook_timeout,
                                    send_to_topic=_alerts_sender(app, settings)),
+        rates_view=RatesView(settings),
     )
     judging.register(runtime)
     windows.register(runtime)
     web.register(runtime)
+    app.task(runtime.start)  # once the worker is up; stopped in runtime.close
     app.before_producer_stops(runtime.close)
     return runtime
 

@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..kafka.rates_view import RatesView
 from ..settings import Settings
 from ..stream.alerts import AlertDispatcher
 from ..stream.processing import MessageJudge
@@ -57,7 +58,13 @@ class WorkerRuntime:
        producer is still up for the alerts topic;
     4. producer — stops (flushing), then the sensors.
 
-    :meth:`close` therefore, in this order: waits (bounded) for alert
+    The runtime's own :meth:`start` is a Faust task: it runs once the worker
+    is up (tables recovered) and starts the group's rates view
+    (:class:`~guardrail.kafka.rates_view.RatesView`, behind ``/rates``), a
+    changelog follower that runs beside the agents until :meth:`close`.
+
+    :meth:`close` therefore, in this order: stops the rates view (nothing
+    after it needs the view) and closes its consumer; waits (bounded) for alert
     deliveries in flight — topic write and webhook POST with its retries — and
     logs each alert still unfinished as lost (id, metric, group; never output
     text); closes the evaluator (judge HTTP sessions and the cache); flushes
@@ -70,12 +77,19 @@ class WorkerRuntime:
     message_judge: MessageJudge
     dispatcher: AlertDispatcher
     state: dict[str, object] = field(default_factory=dict)
+    #: The whole group's window counts (``/rates``); None: only the local table.
+    rates_view: RatesView | None = None
     _closing: asyncio.Future[None] | None = field(default=None, init=False, repr=False)
 
     @property
     def alert_drain_seconds(self) -> float:
         """How long :meth:`close` waits for alert deliveries in flight."""
         return min(ALERT_DRAIN_SECONDS, self.settings.worker.stop_deadline_seconds / 4)
+
+    async def start(self) -> None:
+        """Start the rates view (Faust runs this as a task once the worker is up)."""
+        if self.rates_view is not None:
+            await self.rates_view.start()
 
     async def close(self) -> None:
         """Deliver or report the alerts in flight, close the evaluator, flush the
@@ -88,6 +102,8 @@ class WorkerRuntime:
     async def _close(self) -> None:
         log.info("runtime closing: %d alert deliveries in flight (waiting up to %.1fs)",
                  self.dispatcher.in_flight, self.alert_drain_seconds)
+        if self.rates_view is not None:
+            await self._step("stopping the rates view", self.rates_view.stop)
         await self._step("delivering alerts", self._drain_alerts)
         await self._step("closing the evaluator", self.message_judge.evaluator.aclose)
         await self._step("flushing the producer", self.app.flush_producer)

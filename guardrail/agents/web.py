@@ -1,6 +1,7 @@
 """The worker's HTTP pages: current rates, health, Prometheus metrics.
 
-    curl 127.0.0.1:6066/rates     # windows held by this worker, newest first
+    curl 127.0.0.1:6066/rates     # windows of the whole consumer group, newest first
+    curl '127.0.0.1:6066/rates?scope=local'   # only those this worker's table holds
     curl 127.0.0.1:6066/health
     curl 127.0.0.1:6066/metrics   # Prometheus text format
 """
@@ -9,9 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..kafka.window_cells import sort_rows, window_row
 from ..stream.alerts import WindowCounts
-from ..stream.envelope import utc_iso
-from ..stream.events import parse_window_key
 from ..stream.telemetry import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:
@@ -21,17 +21,10 @@ __all__ = ["register", "current_rates"]
 
 
 def current_rates(table: Any) -> list[dict[str, Any]]:
-    """Every unexpired window cell of the table, as JSON-ready rows."""
-    rows = []
-    for (key, (start, end)), value in list(table.data.items()):
-        metric, group = parse_window_key(key)
-        counts = WindowCounts.from_dict(value)
-        rows.append({"metric": metric, "group": group, "window_start": utc_iso(start * 1000),
-                     "window_end": utc_iso(round(end) * 1000), "total": counts.total,
-                     "unsafe": counts.unsafe, "errors": counts.errors,
-                     "unsafe_rate": counts.rate})
-    rows.sort(key=lambda r: (r["window_start"], r["metric"], r["group"]), reverse=True)
-    return rows
+    """Every window cell this worker's table holds, as JSON-ready rows (the
+    group's cells: ``runtime.rates_view.rows()``, same row shape)."""
+    return sort_rows([window_row(key, start, end, WindowCounts.from_dict(value))
+                      for (key, (start, end)), value in list(table.data.items())])
 
 
 def _update_lag(runtime: GuardrailApp) -> None:
@@ -49,8 +42,21 @@ def register(runtime: GuardrailApp) -> None:
 
     @app.page("/rates")
     async def rates(web: Any, request: Any) -> Any:
-        return web.json({"window_seconds": runtime.settings.windows.window_seconds,
-                         "rates": current_rates(runtime.state["table"])})
+        scope = request.query.get("scope", "group")
+        window_seconds = runtime.settings.windows.window_seconds
+        if scope == "local":
+            return web.json({"scope": "local", "window_seconds": window_seconds,
+                             "rates": current_rates(runtime.state["table"])})
+        if scope != "group":
+            return web.json({"error": f"scope must be 'group' or 'local', not {scope[:40]!r}"},
+                            status=400)
+        view = runtime.rates_view
+        if view is None:  # a runtime built without one (embedding, tests)
+            return web.json({"error": "no group view in this worker; use ?scope=local"},
+                            status=503)
+        # From memory: the view follows the changelog in the background.
+        return web.json({"scope": "group", "window_seconds": window_seconds,
+                         **view.status(), "rates": view.rows()})
 
     @app.page("/health")
     async def health(web: Any, request: Any) -> Any:

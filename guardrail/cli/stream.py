@@ -1,4 +1,4 @@
-"""Streaming commands: ``broker``, ``worker``, ``produce``, ``tail``, ``replay``."""
+"""Streaming commands: ``broker``, ``worker``, ``produce``, ``tail``, ``rates``, ``replay``."""
 
 from __future__ import annotations
 
@@ -111,6 +111,42 @@ def tail_command(topic: str | None, from_beginning: bool, idle_timeout: float | 
         pass
 
 
+@click.command("rates")
+@_stream_options
+@click.option("--app-id", "--group", "app_id",
+              help="Consumer group (the workers' app id) to show; default: GUARDRAIL_APP_ID.")
+@click.option("--metric", "metrics", multiple=True, help="Only this metric (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON /rates answers.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0,
+              show_default=True, help="Give up reading the changelog after this many seconds.")
+def rates_command(app_id: str | None, metrics: tuple[str, ...], as_json: bool, timeout: float,
+                  **flags: Any) -> None:
+    """Windowed unsafe rates of the whole consumer group, newest window first."""
+    from ..kafka.rates_view import read_rates
+    from ..kafka.window_cells import changelog_topic
+    from .rates import rates_table
+
+    settings = _settings(**flags)
+    app_id = app_id or settings.kafka.app_id
+    # aiokafka logs each failed connection; the error line below already says it once.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    cells = asyncio.run(read_rates(settings, app_id=app_id, timeout=timeout))
+    rows = [row for row in cells.rows() if not metrics or row["metric"] in metrics]
+    if cells.malformed:
+        click.echo(f"warning: skipped {cells.malformed} changelog record(s) that are not "
+                   f"window cells (last: {cells.last_error})", err=True)
+    if as_json:
+        click.echo(orjson.dumps({
+            "scope": "group", "app_id": app_id, "changelog_topic": changelog_topic(app_id),
+            "window_seconds": settings.windows.window_seconds, "caught_up": True,
+            "malformed_records": cells.malformed, "rates": rows}).decode())
+    elif rows:
+        click.echo(rates_table(rows))
+    else:
+        click.echo(f"no unexpired windows for app id {app_id!r}"
+                   + (f" and metric {', '.join(metrics)}" if metrics else ""))
+
+
 def _time(value: str | None) -> int | None:
     if value is None:
         return None
@@ -163,5 +199,5 @@ def _print_replay_summary(summary: ReplaySummary) -> None:
 
 def register(cli: click.Group) -> None:
     for command in (broker_command, worker_command, produce_command, tail_command,
-                    replay_command):
+                    rates_command, replay_command):
         cli.add_command(command)
