@@ -19,6 +19,7 @@ from ..kafka.io import produce_records, tail_records
 from ..kafka.topics import ensure_topics
 from ..stream.envelope import parse_event_time
 from .batch import settings_from_flags, settings_options
+from .progress import Progress
 
 __all__ = ["register"]
 
@@ -125,21 +126,22 @@ def _time(value: str | None) -> int | None:
 @click.option("--topic", help="Topic to replay (default: the input topic).")
 @click.option("--results-topic", help="Where results go (default: the results topic).")
 @click.option("--fire-alerts", is_flag=True, help="Also feed the live windows and alerts.")
+@click.option("--quiet", is_flag=True, help="No progress line.")
 def replay_command(start: str, end: str | None, topic: str | None, results_topic: str | None,
-                   fire_alerts: bool, **flags: Any) -> None:
+                   fire_alerts: bool, quiet: bool, **flags: Any) -> None:
     """Re-judge a time range of a topic, then stop."""
     from ..kafka.replay import replay
 
     settings = _settings(**flags)
     start_ms, end_ms = _time(start), _time(end)
 
-    def progress(done: int, total: int) -> None:
-        click.echo(f"\rreplayed {done}/{total}", nl=False, err=True)
+    reporter = Progress("replayed", unit="messages", enabled=not quiet)
+    progress = reporter.update
 
     summary = asyncio.run(replay(settings, start_ms=start_ms or 0, end_ms=end_ms, topic=topic,
                                  results_topic=results_topic, fire_alerts=fire_alerts,
                                  progress=progress))
-    click.echo("", err=True)
+    reporter.finish()
     click.echo(orjson.dumps({"topic": summary.topic, "planned": summary.planned,
                              "processed": summary.processed, "published": summary.published,
                              "ranges": {str(k): v for k, v in summary.ranges.items()},
