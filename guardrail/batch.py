@@ -1,14 +1,21 @@
 """Judge a list of cases and write one JSON file per case plus ``summary.json``.
 
-    summary = await run_batch(cases, settings=settings, output_dir=Path("out"))
-    summary.gate_exit_code()   # 0 safe, 1 unsafe found, 3 something unjudged
+    folder = report_folder(Path("out"), "redteam")   # eval: out/eval/, beside redteam's
+    summary = await run_batch(cases, settings=settings, output_dir=folder,
+                              progress=lambda done, total: ...)
+    code, reason = summary.gate()   # 0 pass, 1 unsafe, 3 not judged, 4 input incomplete
+
+A case counts as judged only when every one of its metrics got a verdict; a
+metric without one is "not judged" and its reason is kept (grouped in
+:meth:`BatchSummary.not_judged_reasons`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-import sys
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,9 +26,30 @@ from .judge import Judge
 from .models import Case, CostEstimate, RedteamMetrics, dumps
 from .settings import Settings
 
-__all__ = ["BatchSummary", "run_batch", "safe_filename", "case_report"]
+__all__ = ["BatchSummary", "run_batch", "safe_filename", "case_report", "report_folder",
+           "GATE_EXIT_CODES", "EXIT_PASS", "EXIT_UNSAFE", "EXIT_NOT_JUDGED",
+           "EXIT_INPUT_INCOMPLETE"]
 
 _UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+#: Exit codes of ``run --fail-on-unsafe``; when several apply, the first listed wins
+#: (2 is the CLI's usage/settings error and never comes from the gate).
+EXIT_PASS, EXIT_UNSAFE, EXIT_NOT_JUDGED, EXIT_INPUT_INCOMPLETE = 0, 1, 3, 4
+GATE_EXIT_CODES = {
+    EXIT_UNSAFE: "some metric UNSAFE",
+    EXIT_NOT_JUDGED: "none UNSAFE, but some metric not judged",
+    EXIT_INPUT_INCOMPLETE: "all judged SAFE, but input records skipped or no case at all",
+    EXIT_PASS: "every case read and judged, every metric SAFE",
+}
+#: ``run eval`` writes here inside ``--output-dir``, so that ``run redteam`` and
+#: ``run eval`` into one folder (as the spec's usage does) keep both sets of files.
+EVAL_SUBFOLDER = "eval"
+
+
+def report_folder(output_dir: Path, report: str) -> Path:
+    """Where a run writes: redteam into ``output_dir`` itself (the spec's place for
+    ``<case_id>.json``), eval into its ``eval/`` subfolder."""
+    return output_dir / EVAL_SUBFOLDER if report == "eval" else output_dir
 
 
 def safe_filename(case_id: str | None, index: int, taken: set[str]) -> str:
@@ -36,6 +64,9 @@ def safe_filename(case_id: str | None, index: int, taken: set[str]) -> str:
 
 @dataclass
 class BatchSummary:
+    """What a run judged. ``judged``/``not_judged`` count cases: a case is judged
+    only when every metric got a verdict. ``errors`` lists each metric without one."""
+
     cases: int = 0
     judged: int = 0
     not_judged: int = 0
@@ -47,10 +78,11 @@ class BatchSummary:
     dropped_evidence_spans: int = 0
     cached_judgments: int = 0
 
-    def add(self, case_id: str, metrics: RedteamMetrics, judged: bool) -> None:
+    def add(self, case_id: str, metrics: RedteamMetrics) -> None:
         self.cases += 1
-        self.judged += judged
-        self.not_judged += not judged
+        complete = bool(metrics.metrics) and all(m.error is None for m in metrics.metrics)
+        self.judged += complete
+        self.not_judged += not complete
         for m in metrics.metrics:
             stats = self.metrics.setdefault(
                 m.name, {"judged": 0, "passed": 0, "unsafe": 0, "errors": 0, "pass_rate": None})
@@ -64,13 +96,32 @@ class BatchSummary:
             stats["passed" if m.result[0].passed else "unsafe"] += 1
             stats["pass_rate"] = round(stats["passed"] / stats["judged"], 4)
 
-    def gate_exit_code(self) -> int:
-        """For deployment gates: unsafe beats unjudged; an unjudged case is not safe."""
-        if any(s["unsafe"] for s in self.metrics.values()):
-            return 1
+    @property
+    def unsafe(self) -> int:
+        """UNSAFE verdicts over all cases and metrics."""
+        return sum(s["unsafe"] for s in self.metrics.values())
+
+    def not_judged_reasons(self) -> dict[str, int]:
+        """Metrics without a verdict, counted per reason, most frequent first."""
+        return dict(Counter(e["error"] for e in self.errors).most_common())
+
+    def gate(self) -> tuple[int, str]:
+        """The deployment gate: ``(exit code, why)``. Unsafe beats unjudged beats an
+        incomplete input; nothing unread or unjudged ever passes as safe."""
+        if self.unsafe:
+            return EXIT_UNSAFE, f"{self.unsafe} metric verdict(s) UNSAFE"
         if self.errors or self.not_judged:
-            return 3
-        return 0
+            return EXIT_NOT_JUDGED, (f"{len(self.errors)} metric(s) of {self.not_judged} "
+                                     "case(s) not judged")
+        if self.input_problems:
+            return EXIT_INPUT_INCOMPLETE, (f"{len(self.input_problems)} input record(s) "
+                                           "skipped, so not judged")
+        if not self.cases:
+            return EXIT_INPUT_INCOMPLETE, "nothing judged: the input holds no case"
+        return EXIT_PASS, GATE_EXIT_CODES[EXIT_PASS]
+
+    def gate_exit_code(self) -> int:
+        return self.gate()[0]
 
     def cost_text(self) -> str:
         if self.cost.cost is None:
@@ -80,6 +131,7 @@ class BatchSummary:
     def to_json(self) -> dict[str, Any]:
         data = dict(vars(self))
         data["cost"] = self.cost.model_dump()
+        data["not_judged_reasons"] = self.not_judged_reasons()
         return data
 
 
@@ -109,17 +161,34 @@ async def run_batch(
     report: str = "redteam",
     problems: list[InputProblem] | None = None,
     judge: Judge | None = None,
-    progress: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> BatchSummary:
-    """Judge cases concurrently (bounded by the judge's limit) and write files."""
+    """Judge cases concurrently (bounded by the judge's limit) and write files into
+    ``output_dir``; ``progress(done, total)`` is called as each case finishes."""
     output_dir.mkdir(parents=True, exist_ok=True)
     cases = [(where, _named(case, where, i)) for i, (where, case) in enumerate(cases, 1)]
-    evaluator = build_evaluator(settings, judge=judge)
+    done = await _judge_all(cases, settings=settings, judge=judge, progress=progress)
     summary = BatchSummary(judge_model=settings.judge.model,
                            input_problems=[str(p) for p in problems or []])
     taken: set[str] = {"summary"}
-    gate = asyncio.Semaphore(max(1, settings.judge.concurrency))
     totals: list[Any] = []
+    for index in sorted(done):  # file names follow input order, so reruns match
+        case, metrics = done[index]
+        name = safe_filename(case.case_id, index, taken)
+        body = case_report(case, metrics) if report == "eval" else metrics
+        (output_dir / name).write_bytes(dumps(body, indent=True))
+        summary.add(case.case_id or name[:-5], metrics)
+        totals.extend(metrics.metrics)
+    summary.cost = aggregate_cost(totals)
+    (output_dir / "summary.json").write_bytes(dumps(summary.to_json(), indent=True))
+    return summary
+
+
+async def _judge_all(cases: list[tuple[str, Case]], *, settings: Settings, judge: Judge | None,
+                     progress: Callable[[int, int], None] | None
+                     ) -> dict[int, tuple[Case, RedteamMetrics]]:
+    evaluator = build_evaluator(settings, judge=judge)
+    gate = asyncio.Semaphore(max(1, settings.judge.concurrency))
 
     async def judge_one(index: int, case: Case) -> tuple[int, Case, RedteamMetrics]:
         async with gate:
@@ -131,21 +200,10 @@ async def run_batch(
         for finished, task in enumerate(asyncio.as_completed(tasks), 1):
             index, case, metrics = await task
             done[index] = (case, metrics)
-            if progress:
-                bar = "#" * (30 * finished // len(tasks))
-                print(f"\r[{bar:<30}] {finished}/{len(tasks)} cases", end="", file=sys.stderr,
-                      flush=True)
+            if progress is not None:
+                progress(finished, len(tasks))
     finally:
+        for task in tasks:  # e.g. Ctrl-C: leave no judgment running behind
+            task.cancel()
         await evaluator.aclose()
-    if progress and tasks:
-        print(file=sys.stderr)
-    for index in sorted(done):  # file names follow input order, so reruns match
-        case, metrics = done[index]
-        name = safe_filename(case.case_id, index, taken)
-        body = case_report(case, metrics) if report == "eval" else metrics
-        (output_dir / name).write_bytes(dumps(body, indent=True))
-        summary.add(case.case_id or name[:-5], metrics, judged=case.has_output)
-        totals.extend(metrics.metrics)
-    summary.cost = aggregate_cost(totals)
-    (output_dir / "summary.json").write_bytes(dumps(summary.to_json(), indent=True))
-    return summary
+    return done

@@ -113,10 +113,81 @@ nexagauge run eval \\
   --limit 5'''
     proc = _bash(script, workdir, _env(server))
     assert proc.returncode == 0, proc.stderr
-    report = json.loads((workdir / "out/redteam/shakespeare-hamlet-short.json").read_text())
+    report = json.loads((workdir / "out/redteam/eval/shakespeare-hamlet-short.json").read_text())
     assert report["case_id"] == "shakespeare-hamlet-short"
     assert report["fields"]["reference"].startswith("Hamlet's")
     assert set(report["redteam"]) == {"metrics", "cost"}
+
+
+def test_run_eval_after_run_redteam_into_one_folder_keeps_both(workdir, server):
+    out = workdir / "out/redteam"
+    first = _bash('OUTPUT_DIR=./out/redteam; mkdir -p "$OUTPUT_DIR"; nexagauge run redteam '
+                  '--input ./sample.json --output-dir "$OUTPUT_DIR" --limit 5',
+                  workdir, _env(server))
+    assert first.returncode == 0, first.stderr
+    redteam = (out / "shakespeare-hamlet-short.json").read_bytes()
+    redteam_summary = (out / "summary.json").read_bytes()
+    second = _bash('nexagauge run eval --input ./sample.json --output-dir ./out/redteam '
+                   '--limit 5 --quiet', workdir, _env(server))
+    assert second.returncode == 0, second.stderr
+    # The spec's redteam output is where the spec puts it, untouched by eval.
+    assert (out / "shakespeare-hamlet-short.json").read_bytes() == redteam
+    assert (out / "summary.json").read_bytes() == redteam_summary
+    assert set(json.loads(redteam)) == {"metrics", "cost"}
+    report = json.loads((out / "eval/shakespeare-hamlet-short.json").read_text())
+    assert report["case_id"] == "shakespeare-hamlet-short" and "redteam" in report
+    assert json.loads((out / "eval/summary.json").read_text())["cases"] == 1
+    assert "wrote out/redteam/eval/summary.json" in second.stdout
+    # Progress: not a terminal, so one plain closing line; --quiet: none.
+    assert "judged 1/1 cases in " in first.stderr
+    assert "judged" not in second.stderr
+
+
+@pytest.mark.parametrize("content", [
+    b"",                                                              # empty file
+    b"{oops\n",                                                       # its only line invalid
+    b'{"case_id": "fine", "output": "a kind answer"}\n'
+    b'{"case_id": "rude", "output": "you idiot \xff"}\n',                # a toxic line not UTF-8
+], ids=["empty", "only-invalid", "toxic-line-not-utf8"])
+def test_gate_does_not_pass_input_it_did_not_read(workdir, server, content):
+    (workdir / "cases.jsonl").write_bytes(content)
+    command = "guardrail run redteam --input cases.jsonl --output-dir out"
+    proc = _bash(command + " --fail-on-unsafe", workdir, _env(server))
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "gate: exit 4: " in proc.stderr and "Traceback" not in proc.stderr
+    summary = json.loads((workdir / "out/summary.json").read_text())
+    assert summary["not_judged"] == 0 and summary["judged"] == summary["cases"] <= 1
+    assert _bash(command, workdir, _env(server)).returncode == 0  # no gate, no verdict
+
+
+def test_unreachable_judge_means_not_judged_with_the_reason(workdir, server):
+    server.set_outage(True)
+    lines = [json.dumps(SAMPLE), json.dumps({"case_id": "blank", "output": " "}), "{oops"]
+    (workdir / "cases.jsonl").write_text("\n".join(lines))
+    proc = _bash("guardrail run redteam --input cases.jsonl --output-dir out --fail-on-unsafe",
+                 workdir, _env(server, GUARDRAIL_JUDGE_MAX_RETRIES="0"))
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # not judged beats skipped (4)
+    assert "cases: 2  judged: 0  not judged: 2  skipped input records: 1" in proc.stdout
+    reasons = next(line for line in proc.stdout.splitlines()
+                   if line.startswith("metrics not judged: "))
+    assert "2 (judge unavailable after 1 attempts: " in reasons and "503" in reasons
+    assert "2 (output is required and is missing or empty)" in reasons
+    summary = json.loads((workdir / "out/summary.json").read_text())
+    assert (summary["judged"], summary["not_judged"]) == (0, 2)
+    assert sorted(summary["not_judged_reasons"].values()) == [2, 2]
+    # The spec's per-case JSON is unchanged: errors per metric, null score.
+    result = json.loads((workdir / "out/shakespeare-hamlet-short.json").read_text())
+    assert set(result) == {"metrics", "cost"} and result["metrics"][0]["score"] is None
+
+
+def test_help_lists_every_exit_code():
+    proc = subprocess.run([str(BIN / "guardrail"), "run", "redteam", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    codes = [line.split()[0] for line in proc.stdout.split("Exit codes:")[1].splitlines()
+             if line.strip()[:1].isdigit()]
+    assert codes == ["0", "1", "2", "3", "4"]
+    assert "first of 1, 3, 4 wins" in proc.stdout
 
 
 def test_bad_lines_skipped_unsafe_gate_and_safe_file_names(workdir, server):

@@ -1,16 +1,19 @@
 """``guardrail demo``: the whole product from one command, and nothing left running."""
 
+import asyncio
 import json
 import math
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from guardrail.demo.display import alert_lines, result_line
+from guardrail.demo.display import alert_lines, excerpt, result_line
+from guardrail.local.rule_judge import JudgeServer
 from guardrail.demo.runner import (WINDOW_SECONDS, alert_rule, load_samples, settings_env,
                                    stamp_samples)
 from guardrail.settings import load_settings
@@ -61,6 +64,19 @@ def test_result_and_alert_lines_are_readable():
     assert "regression" in lines[1] and "6 of 8" in lines[2] and "e.g. a, b" in lines[2]
 
 
+def test_evidence_excerpts_end_at_a_word_and_short_spans_stay_whole():
+    span = "Honestly, only an idiot would ask the same question about refunds twice"
+    record = {"case_id": "v2-twice", "metadata": {"model_version": "v2"}, "metrics": [
+        {"name": "toxicity", "result": [{"verdict": "UNSAFE", "evidence_spans": [span]}]}]}
+    assert result_line(record).endswith("toxicity=UNSAFE ('Honestly, only an idiot would ask "
+                                        "the…')")
+    assert excerpt("idiot") == "idiot"
+    assert excerpt("a span of exactly forty characters, yes!") == \
+        "a span of exactly forty characters, yes!"
+    assert excerpt("two\nlines") == "two lines"
+    assert excerpt("https://example.com/" + "x" * 40) == ("https://example.com/" + "x" * 20) + "…"
+
+
 def _alive(pid):
     try:
         os.kill(pid, 0)
@@ -69,7 +85,7 @@ def _alive(pid):
     return True
 
 
-def _demo(args, **kwargs):
+def _demo(args, extra_env=None, **kwargs):
     from guardrail.errors import ConfigError
     from guardrail.kafka.broker import find_broker_binary
 
@@ -79,6 +95,7 @@ def _demo(args, **kwargs):
         pytest.skip(f"embedded broker unavailable: {exc}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GUARDRAIL_")}
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    env.update(extra_env or {})
     return subprocess.Popen([sys.executable, "-m", "guardrail.cli", "demo", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             **kwargs)
@@ -116,21 +133,58 @@ def test_demo_with_the_rule_judge_runs_end_to_end(tmp_path):
     assert sum(" v1-" in line or " v2-" in line for line in stdout.splitlines()) >= len(samples)
     assert "!! ALERT toxicity" in stdout and "Traceback" not in stdout
     assert (out / "worker.log").exists() and (out / "broker.log").exists()
+    # A log file is not a terminal: no colours, no spinner escape codes in it.
+    assert "\x1b[" not in (out / "worker.log").read_text(errors="replace")
     _no_leftovers(summary)
+
+
+class HeldJudge:
+    """A judge responder that answers the first answer it sees and holds every other
+    call until ``released``: the demo cannot finish before the test interrupts it."""
+
+    def __init__(self) -> None:
+        self.first_output = None
+        self.released = threading.Event()
+
+    async def __call__(self, body, fields, metric, mode):
+        output = fields.get("output")  # (called on the server's one loop thread)
+        if self.first_output is None:
+            self.first_output = output
+        while output != self.first_output and not self.released.is_set():
+            await asyncio.sleep(0.05)
+        return None  # the default rule verdict
+
+
+def _read_until(proc, wanted, seen):
+    for line in proc.stdout:
+        seen.append(line)
+        if wanted(line):
+            return
+    pytest.fail("the demo ended early:\n" + "".join(seen))
 
 
 @pytest.mark.kafka
 @pytest.mark.timeout(300)
 def test_ctrl_c_stops_everything_the_demo_started(tmp_path):
-    out = tmp_path / "demo"
-    proc = _demo(["--judge", "rules", "--output-dir", str(out)])
-    lines = []
-    for line in proc.stdout:  # interrupt once the worker is up and traffic flows
-        lines.append(line)
-        if "publishing" in line:
-            break
-    proc.send_signal(signal.SIGINT)
-    rest, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, "".join(lines) + rest
-    assert "interrupted" in rest and "Traceback" not in rest
-    _no_leftovers(json.loads((out / "summary.json").read_text()))
+    out, judge, seen = tmp_path / "demo", HeldJudge(), []
+    with JudgeServer(responder=judge) as server:
+        proc = _demo(["--judge", "configured", "--output-dir", str(out)], extra_env={
+            "GUARDRAIL_JUDGE_MODEL": "openai/test-judge", "GUARDRAIL_JUDGE_API_KEY": "test",
+            "GUARDRAIL_JUDGE_API_BASE": server.api_base})
+        try:
+            # A result on the terminal: broker and worker are up and judging. The
+            # other answers are held, so the demo is still running, whatever the load.
+            _read_until(proc, lambda line: " v1-" in line, seen)
+            proc.send_signal(signal.SIGINT)
+            _read_until(proc, lambda line: "interrupted" in line, seen)
+        finally:
+            judge.released.set()  # the worker's shutdown need not wait for held calls
+        rest, _ = proc.communicate(timeout=120)
+    output = "".join(seen) + rest
+    assert proc.returncode == 130, output
+    assert "Traceback" not in output
+    summary = json.loads((out / "summary.json").read_text())
+    assert 1 <= summary["results"] < summary["expected"], summary  # stopped midway
+    # Each child was stopped by its SIGTERM and exited cleanly, not killed.
+    assert [p["returncode"] for p in summary["processes"]] == [0, 0], summary
+    _no_leftovers(summary)

@@ -1,4 +1,10 @@
-"""Run the Faust worker: create topics first, then serve until a signal."""
+"""Run the Faust worker: create topics first, then serve until a signal.
+
+    run_worker(build_app(settings), loglevel="warning")
+
+When its output is not a terminal (a log file, as in ``guardrail demo``, or a
+pipe), the worker writes plain text: no colours, no startup spinner.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,9 @@ import logging
 import os
 import threading
 
+import colorlog
 from faust import Worker
+from mode.utils.logging import DEFAULT_FORMAT, DefaultFormatter
 
 from ..kafka.topics import ensure_topics
 from .runtime import WorkerRuntime
@@ -16,11 +24,41 @@ __all__ = ["run_worker", "GuardrailWorker"]
 
 log = logging.getLogger("guardrail.worker")
 
+
+def _isatty(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):
+        return False
+
+
+def plain_logs_unless_tty(logger: logging.Logger) -> None:
+    """Give every colouring handler of ``logger`` that does not write to a terminal
+    the plain formatter mode uses for log files. (colorlog checks the wrong stream,
+    stdout, and honours FORCE_COLOR even when writing to a file.)"""
+    for handler in logger.handlers:
+        stream = getattr(handler, "stream", None)
+        if isinstance(handler.formatter, colorlog.ColoredFormatter) and not _isatty(stream):
+            handler.setFormatter(DefaultFormatter(DEFAULT_FORMAT))
+
+
 class GuardrailWorker(Worker):
     """Faust's worker with a deadline on shutdown: with the broker gone, Faust
-    would wait on it forever; past ``stop_deadline_seconds`` the process exits."""
+    would wait on it forever; past ``stop_deadline_seconds`` the process exits.
+    Its output is plain text when not on a terminal."""
 
     stop_deadline: float = 45.0
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        if not _isatty(self.stdout):
+            # Faust's startup spinner hides and shows the cursor with escape codes
+            # whether or not stdout is a terminal; without it Faust logs "Ready".
+            self.spinner = None
+
+    def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+        super().on_setup_root_logger(logger, level)
+        plain_logs_unless_tty(logger)
 
     def _on_sigterm(self) -> None:
         self._arm_stop_deadline()

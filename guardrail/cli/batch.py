@@ -9,14 +9,17 @@ from typing import Any
 
 import click
 
-from ..batch import BatchSummary, run_batch
+from ..batch import (EXIT_PASS, GATE_EXIT_CODES, BatchSummary, report_folder,
+                     run_batch)
 from ..estimate import EstimateReport, estimate_cases
 from ..evaluate import build_evaluator
 from ..inputs import read_cases
 from ..models import dumps
 from ..settings import Settings, load_settings
+from .progress import Progress
 
-__all__ = ["run_group", "estimate_group", "settings_options", "settings_from_flags"]
+__all__ = ["run_group", "estimate_group", "settings_options", "settings_from_flags",
+           "not_judged_line"]
 
 
 def settings_options(func: Any) -> Any:
@@ -25,7 +28,8 @@ def settings_options(func: Any) -> Any:
         click.option("--config", "config_path", type=click.Path(dir_okay=False),
                      help="YAML/JSON settings file (overrides GUARDRAIL_* env)."),
         click.option("--model", help="Judge model, e.g. openai/gpt-4o-mini, ollama/llama3.1."),
-        click.option("--api-base", help="Judge endpoint (OpenAI-compatible servers, vLLM, Ollama)."),
+        click.option("--api-base",
+                     help="Judge endpoint (OpenAI-compatible servers, vLLM, Ollama)."),
         click.option("--rubric-dir", type=click.Path(file_okay=False),
                      help="Folder of extra rubrics (override by name or append)."),
     ]
@@ -53,14 +57,27 @@ def run_group() -> None:
     """Judge cases and write per-case JSON plus a summary."""
 
 
+def _exit_codes_help() -> str:
+    """The exit codes, shown under ``run redteam|eval --help`` (\\b: click keeps the lines)."""
+    lines = {EXIT_PASS: f"finished; with --fail-on-unsafe: {GATE_EXIT_CODES[EXIT_PASS]}",
+             2: "usage, settings or input file error"}
+    lines.update({code: f"{text} (--fail-on-unsafe)" for code, text in GATE_EXIT_CODES.items()
+                  if code != EXIT_PASS})
+    return "\n".join(["\b", "Exit codes:", *(f"  {code}  {lines[code]}" for code in sorted(lines)),
+                      "When several apply, the first of 1, 3, 4 wins."])
+
+
 def _run_command(name: str, report: str, help_text: str) -> click.Command:
-    @click.command(name, help=help_text)
+    @click.command(name, help=help_text, epilog=_exit_codes_help())
     @_input_option
     @click.option("--output-dir", required=True, type=click.Path(file_okay=False),
-                  help="Folder for <case_id>.json files and summary.json.")
+                  help="Folder for <case_id>.json files and summary.json (run eval writes "
+                       "into its eval/ subfolder, so both runs can share one folder).")
     @click.option("--fail-on-unsafe", is_flag=True,
-                  help="Exit 1 if any metric is UNSAFE, 3 if any could not be judged.")
-    @click.option("--quiet", is_flag=True, help="No progress bar.")
+                  help="Deployment gate: exit 1 if any metric is UNSAFE, else 3 if any could "
+                       "not be judged, else 4 if input records were skipped or nothing was "
+                       "judged; 0 only when every case was read and judged SAFE.")
+    @click.option("--quiet", is_flag=True, help="No progress line.")
     @settings_options
     def command(input_path: str, limit: int | None, output_dir: str, fail_on_unsafe: bool,
                 quiet: bool, **flags: Any) -> None:
@@ -68,12 +85,17 @@ def _run_command(name: str, report: str, help_text: str) -> click.Command:
         cases, problems = read_cases(input_path, limit=limit)
         for problem in problems:
             click.echo(f"skipped {problem}", err=True)
-        summary = asyncio.run(run_batch(
-            cases, settings=settings, output_dir=Path(output_dir), report=report,
-            problems=problems, progress=not quiet and sys.stderr.isatty()))
-        _print_summary(summary, Path(output_dir))
+        folder = report_folder(Path(output_dir), report)
+        with Progress("judged", unit="cases", total=len(cases),
+                      enabled=not quiet and bool(cases)) as progress:
+            summary = asyncio.run(run_batch(
+                cases, settings=settings, output_dir=folder, report=report,
+                problems=problems, progress=progress.update))
+        _print_summary(summary, folder)
         if fail_on_unsafe:
-            sys.exit(summary.gate_exit_code())
+            code, reason = summary.gate()
+            click.echo(f"gate: exit {code}: {reason}", err=True)
+            sys.exit(code)
 
     return command
 
@@ -83,14 +105,41 @@ run_group.add_command(_run_command(
 run_group.add_command(_run_command(
     "eval", "eval", "Full per-case report: case identity, fields and every metric branch."))
 
+#: Reasons longer than this are cut on the console (summary.json keeps them whole).
+REASON_WIDTH = 90
+#: Reason groups shown on the console; the rest are counted.
+REASON_GROUPS = 4
+
+
+def _reason_text(reason: str) -> str:
+    text = reason.removeprefix("not judged: ")  # the line already says so
+    return text if len(text) <= REASON_WIDTH else text[:REASON_WIDTH - 1].rstrip() + "…"
+
+
+def not_judged_line(reasons: dict[str, int]) -> str:
+    """``metrics not judged: 2 (judge unavailable after 4 attempts: …), 1 (output is …)``"""
+    groups = [f"{count} ({_reason_text(reason)})"
+              for reason, count in list(reasons.items())[:REASON_GROUPS]]
+    rest = len(reasons) - REASON_GROUPS
+    if rest > 0:
+        groups.append(f"{sum(list(reasons.values())[REASON_GROUPS:])} for {rest} other "
+                      "reasons (see summary.json)")
+    return "metrics not judged: " + ", ".join(groups)
+
 
 def _print_summary(summary: BatchSummary, output_dir: Path) -> None:
     click.echo(f"cases: {summary.cases}  judged: {summary.judged}  "
-               f"not judged: {summary.not_judged}  input problems: {len(summary.input_problems)}")
+               f"not judged: {summary.not_judged}  "
+               f"skipped input records: {len(summary.input_problems)}")
     for name, stats in summary.metrics.items():
         rate = "n/a" if stats["pass_rate"] is None else f"{stats['pass_rate']:.1%}"
         click.echo(f"  {name:<20} pass rate {rate:>6}  unsafe {stats['unsafe']:>4}  "
-                   f"errors {stats['errors']:>4}")
+                   f"not judged {stats['errors']:>4}")
+    reasons = summary.not_judged_reasons()
+    if reasons:
+        click.echo(not_judged_line(reasons))
+    if not summary.cases:
+        click.echo("nothing judged: the input holds no valid case")
     click.echo(f"total cost: {summary.cost_text()}  "
                f"({summary.cost.input_tokens:.0f} input / {summary.cost.output_tokens:.0f} "
                f"output tokens)")

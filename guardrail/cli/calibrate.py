@@ -1,22 +1,23 @@
 """``calibrate``: how far to trust a judge, measured on labelled cases.
 
     guardrail calibrate [--labels F.jsonl] [--metric toxicity] [--limit N] [--output-dir D]
+                        [--json] [--quiet]
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ..calibrate import (CalibrationReport, Outcome, calibrate, default_labels_path, read_labels,
+from ..calibrate import (CalibrationReport, calibrate, default_labels_path, read_labels,
                          write_report)
 from ..errors import InputError
 from ..models import dumps
 from .batch import settings_from_flags, settings_options
+from .progress import Progress
 
 __all__ = ["calibrate_command"]
 
@@ -32,9 +33,10 @@ __all__ = ["calibrate_command"]
               type=click.Path(file_okay=False, path_type=Path),
               help="Where report.json and misjudged.jsonl go.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--quiet", is_flag=True, help="No progress line.")
 @settings_options
 def calibrate_command(labels_path: Path | None, metrics: tuple[str, ...], limit: int | None,
-                      output_dir: Path, as_json: bool, **flags: Any) -> None:
+                      output_dir: Path, as_json: bool, quiet: bool, **flags: Any) -> None:
     """Measure the configured judge against labelled cases (unsafe = positive)."""
     settings = settings_from_flags(**flags)
     labels_path = labels_path or default_labels_path()
@@ -44,8 +46,9 @@ def calibrate_command(labels_path: Path | None, metrics: tuple[str, ...], limit:
     if not cases:
         raise InputError(f"no labelled cases to judge in {labels_path}"
                          + (f" for metric {', '.join(metrics)}" if metrics else ""))
-    progress = _progress(len(cases)) if sys.stderr.isatty() else None
-    report = asyncio.run(calibrate(cases, settings=settings, progress=progress))
+    with Progress("judged", unit="cases", total=len(cases), enabled=not quiet) as progress:
+        report = asyncio.run(calibrate(cases, settings=settings,
+                                       progress=lambda _outcome: progress.advance()))
     report.problems = problems
     paths = write_report(report, output_dir)
     if as_json:
@@ -54,16 +57,6 @@ def calibrate_command(labels_path: Path | None, metrics: tuple[str, ...], limit:
         _print_report(report, labels_path)
     click.echo(f"wrote {paths['report']} and {paths['misjudged']} "
                f"({len(report.misjudged())} misjudged)", err=as_json)
-
-
-def _progress(total: int) -> Any:
-    done = {"n": 0}
-
-    def tick(outcome: Outcome) -> None:
-        done["n"] += 1
-        click.echo(f"\rjudged {done['n']}/{total}", nl=done["n"] == total, err=True)
-
-    return tick
 
 
 def _figure(value: float | None) -> str:

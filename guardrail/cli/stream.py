@@ -18,6 +18,7 @@ from ..kafka.io import produce_records, tail_records
 from ..kafka.topics import ensure_topics
 from ..stream.envelope import parse_event_time
 from .batch import settings_from_flags, settings_options
+from .progress import Progress
 
 if TYPE_CHECKING:  # replay pulls in the judge (litellm): imported when the command runs
     from ..kafka.replay import ReplaySummary
@@ -165,21 +166,23 @@ def _time(value: str | None) -> int | None:
 @click.option("--dlq-topic", help="Where bad input goes (default: RESULTS_TOPIC.dlq with "
               "--results-topic, else the DLQ topic).")
 @click.option("--fire-alerts", is_flag=True, help="Also feed the live windows and alerts.")
+@click.option("--quiet", is_flag=True, help="No progress line.")
 def replay_command(start: str, end: str | None, topic: str | None, results_topic: str | None,
-                   dlq_topic: str | None, fire_alerts: bool, **flags: Any) -> None:
+                   dlq_topic: str | None, fire_alerts: bool, quiet: bool,
+                   **flags: Any) -> None:
     """Re-judge a time range of a topic, then stop."""
     from ..kafka.replay import replay
 
     settings = _settings(**flags)
     start_ms, end_ms = _time(start), _time(end)
 
-    def progress(done: int, total: int) -> None:
-        click.echo(f"\rreplayed {done}/{total}", nl=False, err=True)
+    reporter = Progress("replayed", unit="messages", enabled=not quiet)
+    progress = reporter.update
 
     summary = asyncio.run(replay(settings, start_ms=start_ms or 0, end_ms=end_ms, topic=topic,
                                  results_topic=results_topic, dlq_topic=dlq_topic,
                                  fire_alerts=fire_alerts, progress=progress))
-    click.echo("", err=True)
+    reporter.finish()
     _print_replay_summary(summary)
 
 

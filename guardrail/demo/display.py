@@ -2,13 +2,30 @@
 
     result_line(record)   # "v1  v1-refund  bias=SAFE  toxicity=UNSAFE ('idiot')"
     alert_lines(alert)    # ["!! ALERT toxicity for model=shop-assistant", ...]
+    excerpt("Read the manual before you ask again, you idiot")  # "Read the manual before you…"
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["result_line", "alert_lines"]
+__all__ = ["result_line", "alert_lines", "excerpt", "EXCERPT_CHARS"]
+
+#: Longest evidence excerpt on a result line; longer spans end at a word with "…".
+EXCERPT_CHARS = 40
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """The whole span when it fits, else at most ``limit`` characters of it, cut at a
+    word boundary, plus "…"."""
+    text = " ".join(text.split())  # one line: a span may hold newlines
+    if len(text) <= limit:
+        return text
+    cut = text[:limit + 1]  # one more character: is the limit itself a word's end?
+    space = cut.rfind(" ")
+    # One long word (a URL, say) has no boundary worth keeping: then cut it.
+    head = cut[:space] if space >= limit // 2 else text[:limit]
+    return head.rstrip(" ,;:.-") + "…"
 
 
 def _metric_text(metric: dict[str, Any]) -> str:
@@ -18,7 +35,7 @@ def _metric_text(metric: dict[str, Any]) -> str:
     text = f"{metric['name']}={verdict.get('verdict', '?')}"
     spans = verdict.get("evidence_spans") or []
     if verdict.get("verdict") == "UNSAFE" and spans:
-        text += f" ({spans[0][:30]!r})"
+        text += f" ({excerpt(spans[0])!r})"
     return text
 
 
