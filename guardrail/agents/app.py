@@ -13,6 +13,7 @@ until SIGTERM. Each piece lives in its own module:
   DLQ, offsets acked only after the broker acknowledged every output.
 - :mod:`.windows` — judgments topic → tumbling windowed counts → alerts.
 - :mod:`.web` — ``/rates``, ``/health``, ``/metrics``.
+- :mod:`.dashboard` — ``/dashboard``, the live page over the same data.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ..settings import Settings
 from ..stream.alerts import AlertDispatcher, Sender
 from ..stream.processing import MessageJudge
 from ..stream.telemetry import Telemetry
-from . import judging, web, windows
+from . import dashboard, judging, web, windows
 from .runtime import GuardrailApp, WorkerRuntime
 from .transport import GuardrailFaustApp
 
@@ -85,6 +86,7 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
                             **faust_options(settings))
     telemetry = telemetry or Telemetry()
     evaluator = build_evaluator(settings, judge=judge)
+    telemetry.expect_metrics(m.name for m in evaluator.base_metrics)
     runtime = WorkerRuntime(
         app=app, settings=settings, telemetry=telemetry,
         message_judge=MessageJudge.from_settings(evaluator, settings, telemetry=telemetry),
@@ -97,6 +99,8 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
     windows.register(runtime)
     web.register(runtime)
     app.task(runtime.start)  # once the worker is up; stopped in runtime.close
+    # The page shows the whole group's windows (the changelog view behind /rates).
+    dashboard.register(runtime, rows=runtime.rates_view.rows, rates_scope="all workers")
     app.before_producer_stops(runtime.close)
     return runtime
 

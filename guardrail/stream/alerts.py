@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ import aiohttp
 
 from ..settings import AlertRule
 
-__all__ = ["WindowCounts", "two_proportion_p_value", "check_rule", "Cooldown",
+__all__ = ["WindowCounts", "two_proportion_p_value", "check_rule", "Cooldown", "RECENT_ALERTS",
            "AlertDispatcher", "rule_for"]
 
 log = logging.getLogger("guardrail.alerts")
@@ -122,11 +123,17 @@ class Cooldown:
 Sender = Callable[[dict[str, Any]], Awaitable[None]]
 
 
+#: How many fired alerts a dispatcher keeps for the dashboard.
+RECENT_ALERTS = 50
+
+
 class AlertDispatcher:
-    """Deliver alerts in the background: log, Kafka topic, webhook (retried)."""
+    """Deliver alerts in the background: log, Kafka topic, webhook (retried).
+    The last ``recent`` alerts stay readable (:meth:`recent_alerts`)."""
 
     def __init__(self, *, webhook_url: str | None, timeout: float,
-                 send_to_topic: Sender | None = None, retries: int = 3) -> None:
+                 send_to_topic: Sender | None = None, retries: int = 3,
+                 recent: int = RECENT_ALERTS) -> None:
         self.webhook_url = webhook_url
         self.timeout = timeout
         self.retries = retries
@@ -135,8 +142,15 @@ class AlertDispatcher:
         self.failed = 0
         # Deliveries in flight and their alerts (what is lost if they never finish).
         self._tasks: dict[asyncio.Task[None], dict[str, Any]] = {}
+        # Bounded: a long-running worker must not grow with every alert.
+        self._recent: deque[dict[str, Any]] = deque(maxlen=recent)
+
+    def recent_alerts(self) -> list[dict[str, Any]]:
+        """The alerts dispatched most recently, newest first."""
+        return list(reversed(self._recent))
 
     def dispatch(self, alert: dict[str, Any]) -> None:
+        self._recent.append(alert)
         log.warning("ALERT %s %s: %s", alert.get("metric"), alert.get("group"),
                     "; ".join(alert.get("reasons", [])))
         task = asyncio.ensure_future(self._deliver(alert))

@@ -1,11 +1,14 @@
 """Prometheus metrics of one worker (its own registry, so tests can run several).
 
     telemetry = Telemetry()
+    telemetry.expect_metrics(["bias", "toxicity"])   # their series start at 0
     telemetry.judgments.labels(metric="toxicity", verdict="unsafe").inc()
     body = telemetry.render()      # text exposition format for /metrics
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram,
                                generate_latest)
@@ -48,6 +51,21 @@ class Telemetry:
         self.alerts = Counter("guardrail_alerts", "Alerts fired", ["metric"], registry=r)
         self.in_flight = Gauge("guardrail_in_flight_messages", "Messages being judged",
                                registry=r)
+
+        # Known label values exist from the start, at 0: Prometheus only sees an
+        # increase between two scrapes of a series, so a series born at its first
+        # count (a burst within one scrape) would show no rate at all.
+        for outcome in ("judged", "dlq"):
+            self.messages.labels(outcome=outcome)
+        for direction in ("input", "output"):
+            self.tokens.labels(direction=direction)
+
+    def expect_metrics(self, names: Iterable[str]) -> None:
+        """Start the per-metric series of these rubric metrics at 0 (see above)."""
+        for name in names:
+            for verdict in ("safe", "unsafe", "error"):
+                self.judgments.labels(metric=name, verdict=verdict)
+            self.alerts.labels(metric=name)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
