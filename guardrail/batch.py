@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._tasks import cancel_and_wait
 from .evaluate import aggregate_cost, build_evaluator
 from .inputs import InputProblem
 from .judge import Judge
@@ -125,9 +126,11 @@ async def run_batch(
                 print(f"\r[{bar:<30}] {finished}/{len(tasks)} cases", end="", file=sys.stderr,
                       flush=True)
     finally:
+        # After a JudgeConfigError: stop the other cases before closing the judge.
+        await cancel_and_wait(tasks)
         await evaluator.aclose()
-    if progress and tasks:
-        print(file=sys.stderr)
+        if progress and done:  # end the bar's line, also before an error line
+            print(file=sys.stderr)
     for index in sorted(done):  # file names follow input order, so reruns match
         case, metrics = done[index]
         name = safe_filename(case.case_id, index, taken)

@@ -11,7 +11,7 @@ import pytest
 
 from guardrail._litellm import count_message_tokens
 from guardrail.estimate import estimate_nonce
-from guardrail.local.rule_judge import JudgeServer
+from guardrail.local.rule_judge import ErrorReply, JudgeServer
 from guardrail.models import Case
 from guardrail.prompts import render_prompt
 from guardrail.rubrics import default_metrics
@@ -146,6 +146,34 @@ def test_gate_fails_closed_when_the_judge_is_down(workdir, server):
     assert all(m["score"] is None and "503" in m["error"] for m in result["metrics"])
 
 
+CONFIG_ERRORS = {
+    "key refused": (ErrorReply(401, message=f"Incorrect API key provided: {SECRET}"),
+                    "judge_api_key"),
+    "unknown model": (ErrorReply(404, message="The model `test-judge` does not exist."),
+                      "judge_model"),
+}
+JUDGING_COMMANDS = {
+    "run": "guardrail run redteam --input sample.json --output-dir out --fail-on-unsafe",
+    "calibrate": "guardrail calibrate --limit 2 --output-dir out",
+}
+
+
+@pytest.mark.parametrize("command", JUDGING_COMMANDS)
+@pytest.mark.parametrize("problem", CONFIG_ERRORS)
+def test_a_misconfigured_judge_exits_2_with_one_line_naming_the_setting(workdir, server,
+                                                                      command, problem):
+    reply, setting = CONFIG_ERRORS[problem]
+    server.script(*[reply] * 8)  # every call (left-overs are cleared by the next reset)
+    proc = _bash(JUDGING_COMMANDS[command], workdir, _env(server))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: judge configuration error:"), lines
+    assert f"check {setting} (GUARDRAIL_{setting.upper()})" in lines[0]
+    assert SECRET not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+    # Not turned into per-metric errors: no result, report or summary was written.
+    assert not (workdir / "out").exists() or not any((workdir / "out").iterdir())
+
+
 def test_flags_beat_config_beat_env_and_errors_are_one_line(workdir, server):
     (workdir / "g.yaml").write_text("judge_model: openai/from-config\n")
     proc = _bash("guardrail estimate redteam --input sample.json --config g.yaml --json",
@@ -164,3 +192,4 @@ def test_flags_beat_config_beat_env_and_errors_are_one_line(workdir, server):
 
 def test_console_scripts_are_installed():
     assert shutil.which("guardrail", path=str(BIN)) and shutil.which("nexagauge", path=str(BIN))
+

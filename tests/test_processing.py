@@ -128,3 +128,14 @@ async def test_judgment_events_are_typed_on_the_wire_keyed_by_group_family(messa
     assert {o.key for o in sent} == {f"{metric}|model=m,prompt_version=-".encode()
                                      for metric in events}
     assert all(o.timestamp_ms == 1_700_000_000_000 for o in sent)
+
+
+async def test_a_config_error_is_raised_out_of_the_batch_not_paused_or_published(
+        message_judge, judge_server):
+    from guardrail.errors import JudgeConfigError
+
+    judge_server.set_outage(True, 401)  # every call: the key is refused
+    with pytest.raises(JudgeConfigError, match="judge_api_key"):
+        await message_judge.process(_batch("fine", "ok", "good") + [
+            RawMessage(b"{not json", Source("in", 0, 9))])  # not even its DLQ record
+    assert message_judge.pauses == []  # not waited out like an outage
