@@ -1,8 +1,11 @@
 """The worker's HTTP pages: current rates, health, Prometheus metrics.
 
     curl 127.0.0.1:6066/rates     # windows held by this worker, newest first
-    curl 127.0.0.1:6066/health
+    curl 127.0.0.1:6066/health    # 200 {"status": "ok"}; 503 {"status": "paused"}
     curl 127.0.0.1:6066/metrics   # Prometheus text format
+
+``/health`` answers 503 while the worker holds a batch on a judge outage, so a
+load balancer or probe sees that results are not flowing; the body says why.
 """
 
 from __future__ import annotations
@@ -57,7 +60,8 @@ def register(runtime: GuardrailApp) -> None:
         paused = runtime.telemetry.paused._value.get() == 1
         return web.json({"status": "paused" if paused else "ok",
                          "judge_paused": paused,
-                         "rebalancing": bool(app.rebalancing)})
+                         "rebalancing": bool(app.rebalancing)},
+                        status=503 if paused else 200)
 
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:
