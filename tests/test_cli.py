@@ -193,3 +193,65 @@ def test_flags_beat_config_beat_env_and_errors_are_one_line(workdir, server):
 def test_console_scripts_are_installed():
     assert shutil.which("guardrail", path=str(BIN)) and shutil.which("nexagauge", path=str(BIN))
 
+
+@pytest.fixture
+def silent_listener():
+    """A port that accepts connections and never answers (a firewall, a wrong service)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield sock.getsockname()[1]
+
+
+def _kafka_cli(command, workdir, env):
+    import time
+
+    args = {"produce": "guardrail produce --input sample.json", "worker": "guardrail worker"}
+    started = time.monotonic()
+    proc = _bash(args[command], workdir, env)
+    return proc, time.monotonic() - started
+
+
+@pytest.mark.parametrize("command", ["produce", "worker"])
+def test_an_unreachable_broker_is_one_line_and_exit_2(workdir, server, command):
+    from guardrail._processes import free_port
+
+    address = f"127.0.0.1:{free_port()}"  # closed: nothing listens there
+    proc, took = _kafka_cli(command, workdir, _env(server, GUARDRAIL_BOOTSTRAP_SERVERS=address))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: cannot reach Kafka at {address} ("), \
+        lines
+    assert lines[0].endswith("; check bootstrap_servers (GUARDRAIL_BOOTSTRAP_SERVERS) and that "
+                             "the brokers are up") and "guardrail broker" not in lines[0]
+    assert took < 10 + 5  # refused at once; well under the default bootstrap_timeout
+
+
+@pytest.mark.parametrize("command", ["produce", "worker"])
+def test_with_no_broker_configured_the_hint_says_how_to_start_one(workdir, server, command):
+    from guardrail._processes import port_open
+    from guardrail.kafka.broker import DEFAULT_PORT
+
+    if port_open(DEFAULT_PORT):
+        pytest.skip(f"something listens on the embedded broker's port {DEFAULT_PORT}")
+    proc, _ = _kafka_cli(command, workdir, _env(server))  # GUARDRAIL_BOOTSTRAP_SERVERS unset
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: cannot reach the embedded Kafka broker at 127.0.0.1:{DEFAULT_PORT}"), lines
+    assert lines[0].endswith("start it with: guardrail broker")
+
+
+@pytest.mark.parametrize("command", ["produce", "worker"])
+def test_a_broker_that_never_answers_gives_up_after_bootstrap_timeout(workdir, server, command,
+                                                                     silent_listener):
+    address = f"127.0.0.1:{silent_listener}"
+    proc, took = _kafka_cli(command, workdir, _env(
+        server, GUARDRAIL_BOOTSTRAP_SERVERS=address, GUARDRAIL_BOOTSTRAP_TIMEOUT="2"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"error: cannot reach Kafka at {address} (no answer within 2s); check "
+        "bootstrap_servers (GUARDRAIL_BOOTSTRAP_SERVERS) and that the brokers are up"]
+    assert 2 <= took < 2 + 8  # the timeout, plus the command's start-up

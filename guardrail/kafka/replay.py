@@ -23,7 +23,7 @@ from ..judge import Judge
 from ..settings import Settings
 from ..stream.envelope import Source
 from ..stream.processing import MessageJudge, Outgoing, RawMessage
-from .clients import client_options
+from .clients import check_reachable, client_options
 
 __all__ = ["ReplaySummary", "replay"]
 
@@ -106,6 +106,7 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
                  progress: Progress | None = None) -> ReplaySummary:
     """Judge every message of ``topic`` with a timestamp in [start_ms, end_ms)."""
     topic = topic or settings.kafka.input_topic
+    await check_reachable(settings.kafka)
     evaluator = build_evaluator(settings, judge=judge, persistent_cache=True)
     message_judge = MessageJudge.from_settings(evaluator, settings, emit_judgments=fire_alerts,
                                  results_topic=results_topic or settings.kafka.results_topic,
