@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._tasks import cancel_and_wait
 from .evaluate import aggregate_cost, build_evaluator
 from .inputs import InputProblem, default_case_id, position_id
 from .judge import Judge
@@ -203,7 +204,7 @@ async def _judge_all(cases: list[tuple[str, Case]], *, settings: Settings, judge
             if progress is not None:
                 progress(finished, len(tasks))
     finally:
-        for task in tasks:  # e.g. Ctrl-C: leave no judgment running behind
-            task.cancel()
+        # After a JudgeConfigError: stop the other cases before closing the judge.
+        await cancel_and_wait(tasks)
         await evaluator.aclose()
     return done

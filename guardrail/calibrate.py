@@ -30,6 +30,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ._tasks import gather_or_cancel
 from .errors import InputError
 from .evaluate import build_evaluator
 from .inputs import describe_validation
@@ -230,7 +231,8 @@ async def calibrate(cases: Sequence[LabelledCase], *, settings: Settings,
         return outcome
 
     try:
-        outcomes = await asyncio.gather(*(one(i, c) for i, c in enumerate(cases, start=1)))
+        # A JudgeConfigError (key refused, unknown model) ends the run: exit 2.
+        outcomes = await gather_or_cancel(*(one(i, c) for i, c in enumerate(cases, start=1)))
     finally:
         await evaluator.aclose()
     reports: dict[str, MetricReport] = {}

@@ -10,6 +10,7 @@ __all__ = [
     "JudgeError",
     "JudgeUnavailable",
     "JudgeAnswerError",
+    "JudgeConfigError",
 ]
 
 
@@ -43,3 +44,22 @@ class JudgeUnavailable(JudgeError):
 
 class JudgeAnswerError(JudgeError):
     """The judge answered, but not with a valid verdict (even after one repair)."""
+
+
+class JudgeConfigError(JudgeError, ConfigError):
+    """The judge is misconfigured: every call would fail alike, so none is retried.
+
+    Credentials refused or missing (HTTP 401/403), a model the provider does
+    not know, an endpoint without a chat route (HTTP 404). ``setting`` is the
+    flat name to fix (``judge_api_key``, ``judge_model``, ``judge_api_base``)
+    and the message is one line naming it, never the key itself. Nobody turns
+    this into a per-metric error: ``run`` and ``calibrate`` exit 2 with the
+    line, the worker stops without acking the batch (exit code 78)::
+
+        raise JudgeConfigError("judge configuration error: ...; check judge_api_key "
+                               "(GUARDRAIL_JUDGE_API_KEY)", setting="judge_api_key")
+    """
+
+    def __init__(self, message: str, *, setting: str) -> None:
+        super().__init__(message)
+        self.setting = setting

@@ -13,7 +13,9 @@ chosen once from its settings::
 Calls share one concurrency limit, have a timeout, and retry 429/5xx/timeouts
 with backoff. A garbled answer gets one repair retry; anything still invalid
 raises :class:`JudgeAnswerError` — the caller records it as the metric's
-error, never as SAFE.
+error, never as SAFE. Refused or missing credentials and an unknown model or
+endpoint raise :class:`~guardrail.errors.JudgeConfigError` at once (no retry):
+a setting to fix, not an outage to wait out.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ._litellm import price_tokens
-from .errors import JudgeAnswerError, JudgeError, JudgeUnavailable
+from .errors import JudgeAnswerError, JudgeConfigError, JudgeError, JudgeUnavailable
 from .models import ScoringMode
 from .parsing import BinaryAnswer, parse_answer, response_schema
 from .prompts import JudgePrompt
@@ -121,8 +123,13 @@ class LLMJudge:
                 raise
             except Exception as exc:  # classified below; providers raise many types
                 last = exc
+                # Before the retry check: litellm reports a missing OpenAI key as a 500.
+                setting = self._transport.config_setting(exc)
+                if setting is not None:
+                    raise _with_usage(self._config_error(setting, exc), usage) from None
                 if not self._transport.is_transient(exc):
-                    raise _with_usage(self._classify(exc), usage) from None
+                    raise _with_usage(JudgeError(f"judge call failed: {self._describe(exc)}"),
+                                      usage) from None
         raise _with_usage(JudgeUnavailable(
             f"judge unavailable after {attempts} attempts: {self._describe(last)}"), usage)
 
@@ -142,10 +149,19 @@ class LLMJudge:
             raise _with_usage(JudgeAnswerError("judge returned an empty answer"), usage)
         return content
 
-    def _classify(self, exc: BaseException) -> JudgeError:
-        if self._transport.is_outage(exc):
-            return JudgeUnavailable(f"judge rejected the request: {self._describe(exc)}")
-        return JudgeError(f"judge call failed: {self._describe(exc)}")
+    def _config_error(self, setting: str, exc: BaseException) -> JudgeConfigError:
+        """One line naming the setting to fix; the key itself is never in it."""
+        s = self._settings
+        if setting == "judge_api_key":
+            problem = ("the judge refused the API key" if self._secret
+                       else "the judge needs an API key and judge_api_key is not set")
+        elif setting == "judge_model":
+            problem = f"the judge does not know the model {s.model!r}"
+        else:
+            problem = f"the judge endpoint {s.api_base} has no chat completions route"
+        return JudgeConfigError(
+            f"judge configuration error: {problem} ({self._describe(exc)}); check {setting} "
+            f"(GUARDRAIL_{setting.upper()})", setting=setting)
 
     def _describe(self, exc: BaseException | None) -> str:
         if exc is None:
@@ -153,9 +169,10 @@ class LLMJudge:
         if isinstance(exc, asyncio.TimeoutError):
             return f"timed out after {self._settings.timeout:g}s"
         status = status_of(exc)
-        message = " ".join(str(exc).split())[:300]
-        if self._secret:
+        message = " ".join(str(exc).split())
+        if self._secret:  # before cutting: a key cut in half would no longer match
             message = message.replace(self._secret, "***")
+        message = message[:300]
         prefix = f"{type(exc).__name__}" + (f" (HTTP {status})" if status else "")
         return f"{prefix}: {message}" if message else prefix
 

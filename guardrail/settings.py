@@ -113,6 +113,9 @@ class KafkaSettings(BaseModel):
     model_config = _GROUP
 
     bootstrap_servers: str | None = None
+    #: Seconds to wait for a bootstrap server to answer before a command gives
+    #: up with one line (exit 2) instead of retrying on.
+    bootstrap_timeout: float = Field(default=10.0, gt=0)
     input_topic: str = "model-outputs"
     results_topic: str = "redteam-results"
     dlq_topic: str = "model-outputs.dlq"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,14 +34,23 @@ from .errors import ConfigError
 from .settings import JudgeSettings
 
 __all__ = ["Completion", "Transport", "LiteLLMTransport", "HTTPTransport", "HTTPStatusError",
-           "OpenAICompatibleClient", "make_transport", "uses_direct_http", "status_of"]
+           "OpenAICompatibleClient", "make_transport", "uses_direct_http", "status_of",
+           "CONFIG_SETTINGS"]
 
 #: litellm provider prefixes whose api_base speaks the OpenAI chat API as is.
 _OPENAI_COMPATIBLE = ("openai/", "hosted_vllm/")
 _TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
-#: A wrong key, model or endpoint fails every call alike: an outage of the
-#: judge, not a property of the message.
-_OUTAGE_STATUS = {401, 403, 404}
+#: Refused credentials: a wrong or missing key fails every call alike. Not an
+#: outage to wait out, a setting to fix.
+_AUTH_STATUS = {401, 403}
+#: How providers say a key is missing before any request is sent (litellm
+#: wraps OpenAI's as a 500 and Gemini's as a connection error: both would
+#: otherwise be retried and read as an outage).
+_MISSING_KEY = re.compile(r"missing (?:[\w-]+ )?(?:credentials|api[ _-]?key)"
+                          r"|api[ _-]?key (?:client option )?must be set"
+                          r"|no (?:api )?key is set", re.IGNORECASE)
+#: litellm's answer to a model string it cannot route.
+_NO_PROVIDER = re.compile(r"LLM Provider NOT provided", re.IGNORECASE)
 
 Messages = list[dict[str, str]]
 
@@ -59,8 +69,9 @@ class Transport(Protocol):
 
     ``complete`` raises whatever its client raises; ``is_transient`` says
     whether a retry may help (429, 5xx, timeouts, dropped connections) and
-    ``is_outage`` whether the judge as a whole is unusable (wrong key, unknown
-    model or endpoint), as opposed to this one request failing.
+    ``config_setting`` whether the judge is misconfigured (credentials refused
+    or missing, unknown model or endpoint), naming the setting to fix (one of
+    :data:`CONFIG_SETTINGS`), as opposed to this one request failing.
     """
 
     name: str
@@ -70,7 +81,7 @@ class Transport(Protocol):
 
     def is_transient(self, exc: BaseException) -> bool: ...
 
-    def is_outage(self, exc: BaseException) -> bool: ...
+    def config_setting(self, exc: BaseException) -> str | None: ...
 
     async def aclose(self) -> None: ...
 
@@ -79,6 +90,25 @@ def status_of(exc: BaseException) -> int | None:
     """The HTTP status an exception carries, if any."""
     status = getattr(exc, "status_code", None)
     return status if isinstance(status, int) else None
+
+
+#: The settings a configuration error can name.
+CONFIG_SETTINGS = ("judge_api_key", "judge_model", "judge_api_base")
+
+
+def _config_setting(exc: BaseException, api_base: str | None) -> str | None:
+    """The setting a refused request points at, from its status and wording.
+
+    A 404 that mentions a model is an unknown model (OpenAI, vLLM and Ollama
+    all say so); any other 404 from a configured endpoint means the endpoint
+    has no chat completions route (a wrong ``api_base`` path).
+    """
+    status = status_of(exc)
+    if status in _AUTH_STATUS or _MISSING_KEY.search(str(exc)):
+        return "judge_api_key"
+    if status == 404:
+        return "judge_api_base" if api_base and "model" not in str(exc).lower() else "judge_model"
+    return None
 
 
 def _transient(exc: BaseException) -> bool:
@@ -125,10 +155,13 @@ class LiteLLMTransport:
             lm.Timeout, lm.RateLimitError, lm.APIConnectionError, lm.ServiceUnavailableError,
             lm.InternalServerError, lm.BadGatewayError))
 
-    def is_outage(self, exc: BaseException) -> bool:
+    def config_setting(self, exc: BaseException) -> str | None:
         lm = litellm()
-        return status_of(exc) in _OUTAGE_STATUS or isinstance(
-            exc, (lm.AuthenticationError, lm.PermissionDeniedError, lm.NotFoundError))
+        if isinstance(exc, (lm.AuthenticationError, lm.PermissionDeniedError)):
+            return "judge_api_key"
+        if _NO_PROVIDER.search(str(exc)):
+            return "judge_model"
+        return _config_setting(exc, self._settings.api_base)
 
     async def aclose(self) -> None:
         """Nothing to release: litellm keeps its own clients."""
@@ -167,8 +200,8 @@ class HTTPTransport:
     def is_transient(self, exc: BaseException) -> bool:
         return _transient(exc)
 
-    def is_outage(self, exc: BaseException) -> bool:
-        return status_of(exc) in _OUTAGE_STATUS
+    def config_setting(self, exc: BaseException) -> str | None:
+        return _config_setting(exc, self._settings.api_base)
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -11,7 +11,7 @@ import pytest
 
 from guardrail._litellm import count_message_tokens
 from guardrail.estimate import estimate_nonce
-from guardrail.local.rule_judge import JudgeServer
+from guardrail.local.rule_judge import ErrorReply, JudgeServer
 from guardrail.models import Case
 from guardrail.prompts import render_prompt
 from guardrail.rubrics import default_metrics
@@ -217,6 +217,34 @@ def test_gate_fails_closed_when_the_judge_is_down(workdir, server):
     assert all(m["score"] is None and "503" in m["error"] for m in result["metrics"])
 
 
+CONFIG_ERRORS = {
+    "key refused": (ErrorReply(401, message=f"Incorrect API key provided: {SECRET}"),
+                    "judge_api_key"),
+    "unknown model": (ErrorReply(404, message="The model `test-judge` does not exist."),
+                      "judge_model"),
+}
+JUDGING_COMMANDS = {
+    "run": "guardrail run redteam --input sample.json --output-dir out --fail-on-unsafe",
+    "calibrate": "guardrail calibrate --limit 2 --output-dir out",
+}
+
+
+@pytest.mark.parametrize("command", JUDGING_COMMANDS)
+@pytest.mark.parametrize("problem", CONFIG_ERRORS)
+def test_a_misconfigured_judge_exits_2_with_one_line_naming_the_setting(workdir, server,
+                                                                      command, problem):
+    reply, setting = CONFIG_ERRORS[problem]
+    server.script(*[reply] * 8)  # every call (left-overs are cleared by the next reset)
+    proc = _bash(JUDGING_COMMANDS[command], workdir, _env(server))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: judge configuration error:"), lines
+    assert f"check {setting} (GUARDRAIL_{setting.upper()})" in lines[0]
+    assert SECRET not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+    # Not turned into per-metric errors: no result, report or summary was written.
+    assert not (workdir / "out").exists() or not any((workdir / "out").iterdir())
+
+
 def test_flags_beat_config_beat_env_and_errors_are_one_line(workdir, server):
     (workdir / "g.yaml").write_text("judge_model: openai/from-config\n")
     proc = _bash("guardrail estimate redteam --input sample.json --config g.yaml --json",
@@ -235,3 +263,66 @@ def test_flags_beat_config_beat_env_and_errors_are_one_line(workdir, server):
 
 def test_console_scripts_are_installed():
     assert shutil.which("guardrail", path=str(BIN)) and shutil.which("nexagauge", path=str(BIN))
+
+
+@pytest.fixture
+def silent_listener():
+    """A port that accepts connections and never answers (a firewall, a wrong service)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield sock.getsockname()[1]
+
+
+def _kafka_cli(command, workdir, env):
+    import time
+
+    args = {"produce": "guardrail produce --input sample.json", "worker": "guardrail worker"}
+    started = time.monotonic()
+    proc = _bash(args[command], workdir, env)
+    return proc, time.monotonic() - started
+
+
+@pytest.mark.parametrize("command", ["produce", "worker"])
+def test_an_unreachable_broker_is_one_line_and_exit_2(workdir, server, command):
+    from guardrail._processes import free_port
+
+    address = f"127.0.0.1:{free_port()}"  # closed: nothing listens there
+    proc, took = _kafka_cli(command, workdir, _env(server, GUARDRAIL_BOOTSTRAP_SERVERS=address))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: cannot reach Kafka at {address} ("), \
+        lines
+    assert lines[0].endswith("; check bootstrap_servers (GUARDRAIL_BOOTSTRAP_SERVERS) and that "
+                             "the brokers are up") and "guardrail broker" not in lines[0]
+    assert took < 10 + 5  # refused at once; well under the default bootstrap_timeout
+
+
+@pytest.mark.parametrize("command", ["produce", "worker"])
+def test_with_no_broker_configured_the_hint_says_how_to_start_one(workdir, server, command):
+    from guardrail._processes import port_open
+    from guardrail.kafka.broker import DEFAULT_PORT
+
+    if port_open(DEFAULT_PORT):
+        pytest.skip(f"something listens on the embedded broker's port {DEFAULT_PORT}")
+    proc, _ = _kafka_cli(command, workdir, _env(server))  # GUARDRAIL_BOOTSTRAP_SERVERS unset
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: cannot reach the embedded Kafka broker at 127.0.0.1:{DEFAULT_PORT}"), lines
+    assert lines[0].endswith("start it with: guardrail broker")
+
+
+@pytest.mark.parametrize("command", ["produce", "worker"])
+def test_a_broker_that_never_answers_gives_up_after_bootstrap_timeout(workdir, server, command,
+                                                                     silent_listener):
+    address = f"127.0.0.1:{silent_listener}"
+    proc, took = _kafka_cli(command, workdir, _env(
+        server, GUARDRAIL_BOOTSTRAP_SERVERS=address, GUARDRAIL_BOOTSTRAP_TIMEOUT="2"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"error: cannot reach Kafka at {address} (no answer within 2s); check "
+        "bootstrap_servers (GUARDRAIL_BOOTSTRAP_SERVERS) and that the brokers are up"]
+    assert 2 <= took < 2 + 8  # the timeout, plus the command's start-up

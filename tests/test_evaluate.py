@@ -161,3 +161,15 @@ async def test_cache_never_pays_twice_for_identical_content(judge_server, make_s
     assert _json(first)["metrics"] == _json(second)["metrics"]
     await evaluator.evaluate(Case(case_id="c", output="other text"))
     assert judge_server.calls == 4
+
+
+async def test_a_refused_key_is_raised_not_recorded_per_metric(judge_server, make_settings):
+    from guardrail.errors import JudgeConfigError
+
+    judge_server.set_outage(True, 401)
+    evaluator = _evaluator(make_settings(), cache=MemoryCache())
+    with pytest.raises(JudgeConfigError, match="check judge_api_key"):
+        await evaluator.evaluate(Case(case_id="a", output="hi"))
+    judge_server.set_outage(False)
+    metrics = await evaluator.evaluate(Case(case_id="a", output="hi"))
+    assert all(m.error is None and not m.cached for m in metrics.metrics)  # nothing was cached

@@ -59,6 +59,7 @@ def test_rebalance_loses_no_result_and_windows_count_every_judgment_once(kafka_b
 def test_api_key_never_leaks(kafka_bootstrap, judge, tmp_path):
     secret = "sk-LEAKCHECK-7f3a9c2e41b8d605"
     figures = secrets_scenario(kafka_bootstrap, judge, tmp_path, secret=secret)
+    assert figures["config_error_exit"] == 78  # the key-echoing 401 stopped the first worker
     assert figures["lost"] == 0
     assert figures["bytes_checked"] > 10_000
     assert figures["leaks"] == 0, figures["leaks_by_place"]

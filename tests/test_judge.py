@@ -4,7 +4,8 @@ for either."""
 
 import pytest
 
-from guardrail.errors import ConfigError, JudgeAnswerError, JudgeError, JudgeUnavailable
+from guardrail.errors import (ConfigError, JudgeAnswerError, JudgeConfigError, JudgeError,
+                              JudgeUnavailable)
 from guardrail.judge import LLMJudge
 from guardrail.local.rule_judge import ContentReply, ErrorReply, hang, make_verdict
 from guardrail.models import Case
@@ -121,14 +122,51 @@ async def test_bad_request_is_a_per_message_error_not_an_outage(judge_server, ma
     assert judge_server.calls == 1
 
 
-async def test_wrong_key_is_an_outage_and_the_key_is_never_in_the_message(judge_server,
-                                                                          make_settings):
+@pytest.mark.parametrize("status", [401, 403])
+async def test_a_refused_key_is_a_config_error_naming_the_setting_never_the_key(
+        judge_server, make_settings, status):
+    # Was an outage (JudgeUnavailable) before: now a setting to fix, not retried.
     secret = "sk-test-secret-0123456789"
-    judge_server.script(ErrorReply(401, message=f"Incorrect API key provided: {secret}"))
-    with pytest.raises(JudgeUnavailable) as info:
+    judge_server.script(ErrorReply(status, message=f"Incorrect API key provided: {secret}"))
+    with pytest.raises(JudgeConfigError) as info:
         await LLMJudge(make_settings().judge)(_prompt(), scoring_mode="binary_yes_no",
                                             include_reasoning=False)
-    assert secret not in str(info.value)
+    message = str(info.value)
+    assert info.value.setting == "judge_api_key" and isinstance(info.value, ConfigError)
+    assert "judge_api_key (GUARDRAIL_JUDGE_API_KEY)" in message and f"HTTP {status}" in message
+    assert secret not in message and "\n" not in message
+    assert judge_server.calls == 1  # not retried
+
+
+async def test_an_unknown_model_is_a_config_error_naming_judge_model(judge_server, make_settings):
+    judge_server.script(ErrorReply(404, message="The model `test-judge` does not exist."))
+    with pytest.raises(JudgeConfigError, match=r"does not know the model 'openai/test-judge'.*"
+                       r"check judge_model \(GUARDRAIL_JUDGE_MODEL\)") as info:
+        await LLMJudge(make_settings().judge)(_prompt(), scoring_mode="binary_yes_no",
+                                            include_reasoning=False)
+    assert info.value.setting == "judge_model" and judge_server.calls == 1
+
+
+async def test_an_endpoint_without_a_chat_route_names_judge_api_base(judge_server, make_settings):
+    api_base = judge_server.api_base.removesuffix("/v1")  # the server serves /v1/chat/...
+    with pytest.raises(JudgeConfigError, match="check judge_api_base") as info:
+        await LLMJudge(make_settings(judge_api_base=api_base + "/api").judge)(
+            _prompt(), scoring_mode="binary_yes_no", include_reasoning=False)
+    assert info.value.setting == "judge_api_base"
+
+
+@pytest.mark.parametrize("model", ["openai/gpt-4o-mini", "anthropic/claude-3-5-haiku-latest"])
+async def test_a_provider_without_a_key_is_a_config_error_before_any_request(
+        make_settings, monkeypatch, model):
+    # litellm reports OpenAI's missing key as a 500: it must not be retried as an outage.
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    settings = make_settings(judge_model=model, judge_api_base=None, judge_api_key=None,
+                             judge_transport="auto")
+    with pytest.raises(JudgeConfigError, match="judge_api_key is not set") as info:
+        await LLMJudge(settings.judge)(_prompt(), scoring_mode="binary_yes_no",
+                                       include_reasoning=False)
+    assert info.value.setting == "judge_api_key"
 
 
 async def test_known_model_is_priced_from_the_cost_map(judge_server, make_settings):

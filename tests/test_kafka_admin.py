@@ -8,8 +8,8 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 from guardrail.errors import ConfigError
-from guardrail.kafka import (EmbeddedBroker, TopicMismatch, client_options, ensure_topics,
-                             resolve_bootstrap, topic_plan)
+from guardrail.kafka import (EmbeddedBroker, TopicMismatch, check_reachable, client_options,
+                             ensure_topics, resolve_bootstrap, topic_plan)
 from guardrail.kafka.topics import partition_counts
 from guardrail.settings import load_settings
 
@@ -194,3 +194,54 @@ def test_embedded_broker_refuses_a_bound_port_with_a_clear_message(kafka_bootstr
 def test_embedded_broker_bootstrap_address():
     assert EmbeddedBroker(port=19092).bootstrap == "127.0.0.1:19092"
     assert EmbeddedBroker().port > 0
+
+
+def _closed_port() -> int:
+    from guardrail._processes import free_port
+
+    return free_port()  # bound and released: nothing listens there
+
+
+async def test_check_reachable_passes_on_a_live_broker(kafka_bootstrap):
+    await check_reachable(_settings(bootstrap_servers=kafka_bootstrap).kafka)
+
+
+async def test_an_unreachable_broker_is_one_config_error_line_and_leaves_no_client_open(
+        recwarn):
+    import gc
+
+    from guardrail.kafka.io import tail_records
+
+    address = f"127.0.0.1:{_closed_port()}"
+    kafka = _settings(bootstrap_servers=address).kafka
+    with pytest.raises(ConfigError) as caught:
+        await ensure_topics(kafka)  # the worker's and produce's first call
+    with pytest.raises(ConfigError):
+        async for _ in tail_records(kafka, "t", from_beginning=True, idle_timeout=1, limit=1):
+            pass
+    message = str(caught.value)
+    assert message.startswith(f"cannot reach Kafka at {address} (") and "\n" not in message
+    assert "check bootstrap_servers (GUARDRAIL_BOOTSTRAP_SERVERS)" in message
+    assert "guardrail broker" not in message  # an address was configured: no embedded hint
+    gc.collect()
+    assert [str(w.message) for w in recwarn if issubclass(w.category, ResourceWarning)] == []
+
+
+async def test_the_embedded_default_unreachable_says_how_to_start_it(monkeypatch):
+    import guardrail.kafka.broker
+
+    port = _closed_port()
+    monkeypatch.setattr(guardrail.kafka.broker, "DEFAULT_PORT", port)
+    with pytest.raises(ConfigError) as caught:
+        await check_reachable(_settings().kafka)  # bootstrap_servers unset
+    assert str(caught.value).startswith(f"cannot reach the embedded Kafka broker at "
+                                        f"127.0.0.1:{port} (")
+    assert str(caught.value).endswith("; start it with: guardrail broker")
+
+
+async def test_a_broker_that_never_answers_is_given_bootstrap_timeout():
+    with _occupied_port(listen=True) as sock:  # accepts, never answers
+        address = f"127.0.0.1:{sock.getsockname()[1]}"
+        with pytest.raises(ConfigError, match=r"\(no answer within 0\.5s\)"):
+            await check_reachable(_settings(bootstrap_servers=address,
+                                            bootstrap_timeout=0.5).kafka)

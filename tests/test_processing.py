@@ -165,3 +165,14 @@ async def test_a_replay_routes_bad_input_to_its_own_dlq_and_tallies_what_judging
     assert tally.input_tokens > 0 and tally.output_tokens > 0
     await replaying.process(batch)  # same content again: the cache answers
     assert (tally.judged, tally.cached) == (2, 2) and judge_server.calls == 2
+
+
+async def test_a_config_error_is_raised_out_of_the_batch_not_paused_or_published(
+        message_judge, judge_server):
+    from guardrail.errors import JudgeConfigError
+
+    judge_server.set_outage(True, 401)  # every call: the key is refused
+    with pytest.raises(JudgeConfigError, match="judge_api_key"):
+        await message_judge.process(_batch("fine", "ok", "good") + [
+            RawMessage(b"{not json", Source("in", 0, 9))])  # not even its DLQ record
+    assert message_judge.pauses == []  # not waited out like an outage

@@ -86,6 +86,27 @@ def test_the_alert_drain_stays_well_inside_the_stop_deadline():
     assert _runtime([], stop_deadline=3).alert_drain_seconds == 0.75
 
 
+def test_a_config_error_is_logged_once_and_stops_the_worker_with_exit_code_78(caplog):
+    from guardrail.agents.runtime import EXIT_CONFIG_ERROR
+    from guardrail.errors import JudgeConfigError
+
+    runtime, stops = _runtime([]), []
+    runtime.app.conf = SimpleNamespace(stream_wait_empty=True)
+    runtime.request_stop = lambda: stops.append("stop")
+    error = JudgeConfigError("judge configuration error: the judge refused the API key; "
+                             "check judge_api_key (GUARDRAIL_JUDGE_API_KEY)",
+                             setting="judge_api_key")
+    with caplog.at_level(logging.INFO, "guardrail.worker"):
+        runtime.stop_on_config_error(error)
+        runtime.stop_on_config_error(error)  # a second batch failing the same way
+    assert runtime.exit_code == EXIT_CONFIG_ERROR == 78 and stops == ["stop"]
+    assert [r.getMessage() for r in caplog.records if "judge_api_key" in r.getMessage()] == [
+        f"{error}. Stopping with exit code 78; nothing of the batch was acked, it is judged "
+        "again once the setting is fixed"]
+    # Faust's stop must not wait for the cancelled, never-acked batches.
+    assert runtime.app.conf.stream_wait_empty is False
+
+
 def _toxic_cases(n):
     """Cases the stand-in judge calls toxic ("idiot"), one model group."""
     return [(f"k{i}".encode(), json.dumps({

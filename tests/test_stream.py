@@ -272,3 +272,45 @@ def test_worker_stops_within_its_deadline_even_when_the_broker_is_gone(tmp_path,
     except subprocess.TimeoutExpired:
         worker.kill()
         raise AssertionError("worker still running 30 s after SIGTERM with the broker gone")
+
+
+def test_a_refused_judge_key_stops_the_worker_at_once_and_acks_nothing(stream_env, thread_judge):
+    import subprocess
+
+    from guardrail.local.rule_judge import ErrorReply
+
+    secret = "sk-stream-test-secret"  # StreamEnv's key; the judge echoes it back
+    refused: list[float] = []
+
+    async def refuse(body, fields, metric, mode):
+        refused.append(time.monotonic())
+        return ErrorReply(401, message=f"Incorrect API key provided: {secret}")
+
+    n = 20
+    assert stream_env.cli("produce", "--input", "/dev/null").returncode == 0
+    asyncio.run(produce(stream_env.bootstrap, stream_env.topic("input"),
+                        [(f"case-{i}".encode(), _case(i, f"answer {i}"), None) for i in range(n)]))
+    thread_judge.responder = refuse
+    try:
+        worker = stream_env.start_worker()
+        try:
+            code = worker.wait(90)
+        except subprocess.TimeoutExpired:
+            code = None
+        stopped = time.monotonic()
+    finally:
+        thread_judge.responder = None
+    logs = stream_env.logs()
+    assert code == 78, logs[-3000:]
+    assert refused and stopped - refused[0] < 10, (stopped - refused[0], logs[-3000:])
+    lines = [line for line in logs.splitlines() if "judge configuration error" in line]
+    assert len(lines) == 1 and "judge_api_key" in lines[0], logs[-3000:]
+    assert secret not in logs and "Traceback" not in logs, logs[-3000:]
+    for name in ("results", "dlq"):  # the batch was neither published nor sent to the DLQ
+        assert asyncio.run(consume(stream_env.bootstrap, stream_env.topic(name), expect=1,
+                                   timeout=3)) == []
+    stream_env.start_worker()  # the key fixed: nothing was acked, so everything is judged
+    results = asyncio.run(consume(stream_env.bootstrap, stream_env.topic("results"), expect=n,
+                                  timeout=120, settle=1))
+    assert sorted(r["case_id"] for r in results) == sorted(f"case-{i}" for i in range(n))
+    assert all(m["error"] is None for r in results for m in r["metrics"])

@@ -17,3 +17,27 @@ def test_current_rates_split_each_key_into_metric_and_group():
     assert (rows[0]["window_start"], rows[0]["unsafe_rate"]) == \
         ("1970-01-01T00:10:00.000+00:00", 0.25)
     assert rows[1]["unsafe_rate"] is None  # errors only: no rate
+
+
+async def test_health_answers_503_while_paused_on_a_judge_outage_and_200_when_ok():
+    import json
+
+    import faust
+    from faust.web.drivers.aiohttp import Web
+
+    from guardrail.agents import web
+    from guardrail.stream.telemetry import Telemetry
+
+    pages = {}
+    app = SimpleNamespace(rebalancing=False,
+                          page=lambda path: lambda handler: pages.setdefault(path, handler))
+    telemetry = Telemetry()
+    web.register(SimpleNamespace(app=app, telemetry=telemetry, settings=None, state={}))
+    driver = Web(faust.App("health-test", broker="kafka://127.0.0.1:1"))  # real responses
+    ok = await pages["/health"](driver, None)
+    assert ok.status == 200 and json.loads(ok.body)["status"] == "ok"
+    telemetry.paused.set(1)  # what processing sets while it holds a batch on an outage
+    paused = await pages["/health"](driver, None)
+    assert paused.status == 503
+    assert json.loads(paused.body) == {"status": "paused", "judge_paused": True,
+                                       "rebalancing": False}

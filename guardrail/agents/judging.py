@@ -13,6 +13,11 @@ an ordered acker publishes a batch's records and acks it only after
 so the committed offset never passes an unfinished message. At most
 ``max_inflight_batches`` batches are in flight (backpressure): the agent stops
 pulling while the judge is slow or paused.
+
+A misconfigured judge (:class:`~guardrail.errors.JudgeConfigError`: key
+refused, unknown model) is not waited out: the acker cancels every unacked
+batch, acks nothing more, and hands the error to the runtime, which logs it
+and stops the worker with exit code 78 (``WorkerRuntime.stop_on_config_error``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..errors import JudgeConfigError
 from ..stream.envelope import Source
 from ..stream.processing import Outgoing, RawMessage
 
@@ -60,9 +66,13 @@ class OrderedAcker:
     the window counter skip redelivered duplicates.
     """
 
-    def __init__(self, stream: Any, limit: int, publish: Publish) -> None:
+    def __init__(self, stream: Any, limit: int, publish: Publish,
+                 on_config_error: Callable[[JudgeConfigError], None] | None = None) -> None:
         self._stream = stream
         self._publish = publish
+        self._on_config_error = on_config_error
+        #: Set once a batch failed on the judge's configuration: nothing is acked after.
+        self.failed: JudgeConfigError | None = None
         self._queue: asyncio.Queue[tuple[list[Any], asyncio.Task[list[Outgoing]]]] = (
             asyncio.Queue(limit))
         self._runner: asyncio.Task[None] | None = None
@@ -70,12 +80,32 @@ class OrderedAcker:
         self._pending = 0  # batches submitted and not yet acked
 
     async def submit(self, events: list[Any], work: asyncio.Task[list[Outgoing]]) -> None:
+        if self.failed is not None:  # stopping: judge nothing more, ack nothing
+            work.cancel()
+            return
         if self._runner is None:
             self._runner = asyncio.ensure_future(self._publish_and_ack_in_order())
         self._work.add(work)
         work.add_done_callback(self._work.discard)
+        # Watched as it finishes, not in ack order: a config error in a later
+        # batch stops the worker without waiting for earlier (paused) ones.
+        work.add_done_callback(self._check_config)
         self._pending += 1
         await self._queue.put((events, work))  # blocks while `limit` batches are in flight
+
+    def _check_config(self, work: asyncio.Task[list[Outgoing]]) -> None:
+        if not work.cancelled() and isinstance(work.exception(), JudgeConfigError):
+            self.stop_on_config_error(work.exception())  # type: ignore[arg-type]
+
+    def stop_on_config_error(self, exc: JudgeConfigError) -> None:
+        """Cancel every unacked batch (they are redelivered after the fix), then
+        report ``exc`` once; later batches are cancelled as they come."""
+        if self.failed is not None:
+            return
+        self.failed = exc
+        self.cancel()
+        if self._on_config_error is not None:
+            self._on_config_error(exc)
 
     async def _publish_and_ack_in_order(self) -> None:
         while True:
@@ -84,6 +114,9 @@ class OrderedAcker:
                 records = await work
             except asyncio.CancelledError:
                 raise
+            except JudgeConfigError as exc:
+                self.stop_on_config_error(exc)
+                return
             except BaseException:
                 # Never ack unfinished work. The batch code is written not to
                 # raise, so this is a bug: stop hard, let the supervisor restart
@@ -100,9 +133,9 @@ class OrderedAcker:
         """Let in-flight batches finish, publish and ack (graceful stop)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while self._pending and loop.time() < deadline:
+        while self._pending and self.failed is None and loop.time() < deadline:
             await asyncio.sleep(0.05)
-        if self._pending:
+        if self._pending and self.failed is None:
             log.warning("stopping with %d batches unfinished; they will be redelivered",
                         self._pending)
 
@@ -153,7 +186,8 @@ def register(runtime: WorkerRuntime) -> None:
 
     @app.agent(source, name="guardrail.judge", concurrency=1)
     async def judge(stream: Any) -> None:
-        acker = OrderedAcker(stream, MAX_INFLIGHT_BATCHES, publish)
+        acker = OrderedAcker(stream, MAX_INFLIGHT_BATCHES, publish,
+                             on_config_error=runtime.stop_on_config_error)
         try:
             async for events in stream.noack_take(s.worker.batch_size,
                                                   within=s.worker.batch_within):

@@ -1,6 +1,7 @@
-"""Run the Faust worker: create topics first, then serve until a signal.
+"""Run the Faust worker: create topics first, then serve until a signal, or
+until the runtime asks to stop (a judge configuration error: exit code 78).
 
-    run_worker(build_app(settings), loglevel="warning")
+    run_worker(build_app(load_settings()))   # raises SystemExit with the exit code
 
 When its output is not a terminal (a log file, as in ``guardrail demo``, or a
 pipe), the worker writes plain text: no colours, no startup spinner.
@@ -15,6 +16,7 @@ import threading
 
 import colorlog
 from faust import Worker
+from mode.utils.futures import maybe_cancel
 from mode.utils.logging import DEFAULT_FORMAT, DefaultFormatter
 
 from ..kafka.topics import ensure_topics
@@ -68,12 +70,25 @@ class GuardrailWorker(Worker):
         self._arm_stop_deadline()
         super()._on_sigint()
 
-    def _arm_stop_deadline(self) -> None:
+    def stop_soon(self, exit_code: int = 1) -> None:
+        """Stop as a SIGTERM would, started from inside (e.g. a configuration
+        error); past the deadline the process exits with ``exit_code``."""
+        if self._signal_stop_time:  # already stopping
+            return
+        self._arm_stop_deadline(exit_code)
+        self._signal_stop_time = self.loop.time()
+        self._signal_stop_future = asyncio.ensure_future(self._stop_from_inside())
+
+    async def _stop_from_inside(self) -> None:
+        await self.stop()
+        maybe_cancel(self._starting_fut)  # as mode's own signal stop does
+
+    def _arm_stop_deadline(self, exit_code: int = 1) -> None:
         def expire() -> None:
             log.error("shutdown exceeded %.0fs; exiting now (unfinished messages are "
                       "redelivered)", self.stop_deadline)
             logging.shutdown()
-            os._exit(1)
+            os._exit(exit_code)
 
         timer = threading.Timer(self.stop_deadline, expire)
         timer.daemon = True
@@ -92,4 +107,10 @@ def run_worker(runtime: WorkerRuntime, *, loglevel: str = "info") -> None:
     asyncio.set_event_loop(loop)
     worker = GuardrailWorker(runtime.app, loglevel=loglevel, loop=loop, redirect_stdouts=False)
     worker.stop_deadline = settings.worker.stop_deadline_seconds
-    worker.execute_from_commandline()
+    runtime.request_stop = lambda: worker.stop_soon(runtime.exit_code or 1)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit:
+        if runtime.exit_code is not None:  # stopped on its own: say why in the code
+            raise SystemExit(runtime.exit_code) from None
+        raise

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +25,7 @@ from ..stream.alerts import AlertDispatcher
 from ..stream.processing import MessageJudge
 from ..stream.telemetry import Telemetry
 
-__all__ = ["WorkerRuntime", "GuardrailApp", "ALERT_DRAIN_SECONDS"]
+__all__ = ["WorkerRuntime", "GuardrailApp", "ALERT_DRAIN_SECONDS", "EXIT_CONFIG_ERROR"]
 
 log = logging.getLogger("guardrail.worker")
 
@@ -31,6 +33,11 @@ log = logging.getLogger("guardrail.worker")
 #: quarter of ``stop_deadline_seconds``, which also has to cover the judging
 #: agent's drain and Faust's own stop (commits, leaving the group).
 ALERT_DRAIN_SECONDS = 10.0
+
+#: The worker's exit code after a judge configuration error (``EX_CONFIG`` of
+#: sysexits.h): a supervisor should not restart it in a loop, someone must fix
+#: the setting the log line names.
+EXIT_CONFIG_ERROR = 78
 
 
 @dataclass(eq=False)
@@ -69,6 +76,12 @@ class WorkerRuntime:
     logs each alert still unfinished as lost (id, metric, group; never output
     text); closes the evaluator (judge HTTP sessions and the cache); flushes
     the producer buffer. A failing step is logged and does not skip the rest.
+
+    **Stop on a configuration error.** :meth:`stop_on_config_error` (called
+    by the judging agent once it has cancelled every unacked batch) logs the
+    one-line error, records :data:`EXIT_CONFIG_ERROR` in :attr:`exit_code` and
+    calls :attr:`request_stop`, which the runner sets to the same stop a
+    SIGTERM starts; the process then exits with that code.
     """
 
     app: Any  # GuardrailFaustApp; Any keeps stand-ins usable in unit tests
@@ -79,7 +92,27 @@ class WorkerRuntime:
     state: dict[str, object] = field(default_factory=dict)
     #: The whole group's window counts (``/rates``); None: only the local table.
     rates_view: RatesView | None = None
+    #: Starts the worker's stop from inside (set by ``run_worker``).
+    request_stop: Callable[[], None] | None = None
+    #: Why the worker stops on its own (None: it runs until a signal).
+    exit_code: int | None = None
     _closing: asyncio.Future[None] | None = field(default=None, init=False, repr=False)
+
+    def stop_on_config_error(self, exc: Exception) -> None:
+        """Log ``exc`` (one line naming the setting) and stop the worker, once."""
+        if self.exit_code is not None:
+            return
+        self.exit_code = EXIT_CONFIG_ERROR
+        log.error("%s. Stopping with exit code %d; nothing of the batch was acked, it is "
+                  "judged again once the setting is fixed", exc, EXIT_CONFIG_ERROR)
+        # Faust's stop waits until every message handed to a stream is acked
+        # (stream_wait_empty), and the cancelled batches never will be: without
+        # the wait the consumer commits what was acked, and no more.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Faust warns on any late reconfiguration
+            self.app.conf.stream_wait_empty = False
+        if self.request_stop is not None:
+            self.request_stop()
 
     @property
     def alert_drain_seconds(self) -> float:

@@ -2,8 +2,11 @@
 
     curl 127.0.0.1:6066/rates     # windows of the whole consumer group, newest first
     curl '127.0.0.1:6066/rates?scope=local'   # only those this worker's table holds
-    curl 127.0.0.1:6066/health
+    curl 127.0.0.1:6066/health    # 200 {"status": "ok"}; 503 {"status": "paused"}
     curl 127.0.0.1:6066/metrics   # Prometheus text format
+
+``/health`` answers 503 while the worker holds a batch on a judge outage, so a
+load balancer or probe sees that results are not flowing; the body says why.
 """
 
 from __future__ import annotations
@@ -63,7 +66,8 @@ def register(runtime: GuardrailApp) -> None:
         paused = runtime.telemetry.paused._value.get() == 1
         return web.json({"status": "paused" if paused else "ok",
                          "judge_paused": paused,
-                         "rebalancing": bool(app.rebalancing)})
+                         "rebalancing": bool(app.rebalancing)},
+                        status=503 if paused else 200)
 
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:

@@ -1,8 +1,8 @@
 """Kafka I/O that is not Faust: the embedded broker, topic admin, clients."""
 
 from .broker import EmbeddedBroker, find_broker_binary
-from .clients import client_options, resolve_bootstrap
+from .clients import check_reachable, client_options, resolve_bootstrap
 from .topics import TopicMismatch, ensure_topics, topic_plan
 
 __all__ = ["EmbeddedBroker", "find_broker_binary", "client_options", "resolve_bootstrap",
-           "TopicMismatch", "ensure_topics", "topic_plan"]
+           "check_reachable", "TopicMismatch", "ensure_topics", "topic_plan"]

@@ -1,14 +1,33 @@
-"""Connection options shared by every Kafka client guardrail creates."""
+"""Connection options shared by every Kafka client guardrail creates, and the
+reachability check every command runs before its first client::
+
+    await check_reachable(settings.kafka)   # ConfigError, one line, within bootstrap_timeout
+    consumer = AIOKafkaConsumer(topic, **client_options(settings.kafka))
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import ssl
+from collections.abc import Iterator
 from typing import Any
+
+from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import KafkaError
 
 from ..errors import ConfigError
 from ..settings import KafkaSettings
 
-__all__ = ["resolve_bootstrap", "client_options", "ssl_context"]
+__all__ = ["resolve_bootstrap", "client_options", "ssl_context", "check_reachable",
+           "EMBEDDED_HINT"]
+
+#: Appended when the embedded broker's default address is in use and nothing answers.
+EMBEDDED_HINT = "start it with: guardrail broker"
+#: aiokafka logs every failed bootstrap attempt (at ERROR) before raising a
+#: generic "Unable to bootstrap"; the check keeps the reason for its own line.
+_PROBE_LOGGERS = ("aiokafka", "aiokafka.conn")
 
 
 def resolve_bootstrap(kafka: KafkaSettings) -> str:
@@ -45,3 +64,59 @@ def client_options(kafka: KafkaSettings) -> dict[str, Any]:
     if context is not None:
         options["ssl_context"] = context
     return options
+
+
+async def check_reachable(kafka: KafkaSettings) -> None:
+    """Raise :class:`ConfigError` unless a bootstrap server answers a metadata
+    request within ``bootstrap_timeout`` seconds.
+
+    One line names the address and why (refused, no answer in time, TLS or
+    SASL refused) and what to do: ``guardrail broker`` when the embedded
+    default is in use, the ``bootstrap_servers`` setting otherwise. Without
+    it, each client retries on, prints aiokafka's traceback and leaves
+    unclosed clients behind. The probe's client is always closed.
+    """
+    timeout = kafka.bootstrap_timeout
+    client = AIOKafkaClient(request_timeout_ms=int(timeout * 1000), **client_options(kafka))
+    failures: list[object] = []
+    try:
+        with _collect_failures(failures):
+            # aiokafka bounds each host by the request timeout; this bounds them all.
+            await asyncio.wait_for(client.bootstrap(), timeout + 0.5)
+    except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+        cause = failures[-1] if failures else exc
+        reason = (f"no answer within {timeout:g}s" if isinstance(cause, asyncio.TimeoutError)
+                  else " ".join(str(cause).split()) or type(cause).__name__)
+        raise ConfigError(_unreachable(kafka, reason)) from None
+    finally:
+        await client.close()
+
+
+def _unreachable(kafka: KafkaSettings, reason: str) -> str:
+    address = resolve_bootstrap(kafka)
+    if kafka.bootstrap_servers:
+        return (f"cannot reach Kafka at {address} ({reason}); check bootstrap_servers "
+                "(GUARDRAIL_BOOTSTRAP_SERVERS) and that the brokers are up")
+    return (f"cannot reach the embedded Kafka broker at {address} ({reason}; "
+            f"bootstrap_servers is not set); {EMBEDDED_HINT}")
+
+
+@contextlib.contextmanager
+def _collect_failures(failures: list[object]) -> Iterator[None]:
+    """Keep aiokafka's per-host failure lines out of the output, and their causes."""
+
+    def collect(record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            args = record.args if isinstance(record.args, tuple) else ()
+            # 'Unable connect to "%s:%s": %s' (host, port, error): keep the error.
+            failures.append(args[-1] if len(args) == 3 else record.getMessage())
+        return False
+
+    loggers = [logging.getLogger(name) for name in _PROBE_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(collect)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(collect)

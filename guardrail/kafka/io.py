@@ -11,13 +11,15 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from ..settings import KafkaSettings
-from .clients import client_options
+from .clients import check_reachable, client_options
 
 __all__ = ["produce_records", "tail_records"]
 
 
 async def produce_records(kafka: KafkaSettings, topic: str, records: Iterable[Any]) -> int:
-    """Publish JSON records keyed by ``case_id``; returns how many the broker acknowledged."""
+    """Publish JSON records keyed by ``case_id``; returns how many the broker acknowledged.
+
+    Callers check the brokers first (``ensure_topics`` does)."""
     producer = AIOKafkaProducer(acks="all", linger_ms=5, max_request_size=16 * 1024 * 1024,
                                 **client_options(kafka))
     await producer.start()
@@ -37,6 +39,7 @@ async def tail_records(kafka: KafkaSettings, topic: str, *, from_beginning: bool
                        idle_timeout: float | None, limit: int | None
                        ) -> AsyncIterator[tuple[Any, bytes]]:
     """Yield ``(message, value)`` from a topic until idle for ``idle_timeout`` or ``limit``."""
+    await check_reachable(kafka)
     consumer = AIOKafkaConsumer(
         topic, group_id=None, enable_auto_commit=False,
         auto_offset_reset="earliest" if from_beginning else "latest",

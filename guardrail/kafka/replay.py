@@ -173,6 +173,7 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
                  judge: Judge | None = None, progress: Progress | None = None) -> ReplaySummary:
     """Judge every message of ``topic`` with a timestamp in [start_ms, end_ms)."""
     topic = topic or settings.kafka.input_topic
+    # ensure_topics checks first that the broker answers (one line, exit 2 if not).
     results_topic, dlq_topic = output_topics(settings, results_topic, dlq_topic)
     n = settings.kafka.topic_partitions
     # Not strict: a replay's output need not be co-partitioned with anything.

@@ -14,7 +14,7 @@ from aiokafka.protocol.metadata import MetadataRequest
 
 from ..errors import ConfigError
 from ..settings import KafkaSettings
-from .clients import client_options
+from .clients import check_reachable, client_options
 
 __all__ = ["TopicMismatch", "topic_plan", "ensure_topics", "partition_counts"]
 
@@ -42,12 +42,14 @@ async def partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dic
 
 async def ensure_topics(kafka: KafkaSettings, plan: dict[str, int] | None = None,
                         *, strict: frozenset[str] | None = None) -> dict[str, int]:
-    """Create missing topics; raise :class:`TopicMismatch` where counts disagree.
+    """Create missing topics; raise :class:`TopicMismatch` where counts disagree,
+    :class:`ConfigError` when the brokers cannot be reached (``check_reachable``).
 
     ``strict`` names the topics whose count must match (default: all in the plan).
     """
     plan = plan or topic_plan(kafka)
     strict = frozenset(plan) if strict is None else strict
+    await check_reachable(kafka)  # one clear line, not the admin client's traceback
     admin = AIOKafkaAdminClient(request_timeout_ms=15000, **client_options(kafka))
     await admin.start()
     try:

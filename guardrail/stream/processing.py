@@ -12,7 +12,9 @@ messages in and publish what comes out::
 Nothing is lost or silently passed: bad input becomes a DLQ record, a judge
 failure becomes the metric's ``error``, and when the judge is down for the
 whole batch the batch waits (``outage_policy="pause"``) instead of publishing
-errors.
+errors. A misconfigured judge (key refused or missing, unknown model) raises
+:class:`~guardrail.errors.JudgeConfigError` out of ``process``: nothing of the
+batch may be published or acked, the caller stops.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from .._tasks import gather_or_cancel
 from ..evaluate import Evaluator
 from ..models import RedteamMetrics
 from ..settings import KafkaSettings, Settings, WindowSettings, WorkerSettings
@@ -120,7 +123,8 @@ class MessageJudge:
                    windows=settings.windows, **options)
 
     async def process(self, batch: list[RawMessage]) -> list[Outgoing]:
-        """Never raises for bad input or judge trouble; may wait out an outage."""
+        """Never raises for bad input or judge trouble, except
+        :class:`~guardrail.errors.JudgeConfigError`; may wait out an outage."""
         decoded = [(raw, decode_input(raw.value, max_bytes=self.worker.max_message_bytes,
                                       source=raw.source))
                    for raw in batch]
@@ -161,7 +165,8 @@ class MessageJudge:
         delay, partial_rounds, previous_round = 1.0, 0, time.monotonic()
         while True:
             round_started = time.monotonic()
-            verdicts = list(await asyncio.gather(*(self._judge(m) for m in messages)))
+            # The first configuration error cancels the rest of the batch.
+            verdicts = await gather_or_cancel(*(self._judge(m) for m in messages))
             share = _unavailable_share(verdicts)
             if self.worker.outage_policy != "pause" or share == 0:
                 self.telemetry.paused.set(0)

@@ -14,6 +14,7 @@ import asyncio
 import json
 import random
 import signal
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -224,7 +225,11 @@ def _window_totals(web_port: int, *, expect: int, timeout: float = 30) -> int:
 
 def secrets_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *,
                      secret: str) -> dict[str, Any]:
-    """Debug logging, a key-echoing judge error, bad input and an alert: find the key."""
+    """Debug logging, key-echoing judge errors, bad input and an alert: find the key.
+
+    The first worker meets a 401 that echoes the key: a configuration error,
+    it logs one line and stops (exit 78). The second meets a 400 that echoes
+    it: one metric's error in a published result."""
     from guardrail.local.rule_judge import ErrorReply
 
     judge.reset()
@@ -234,6 +239,12 @@ def secrets_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *,
                                                     "max_unsafe_rate": 0.05}]))
     asyncio.run(produce(bootstrap, env.topic("input"), [(b"bad", b"{oops", None)]))
     with TopicWatcher(bootstrap, env.topic("results")) as results:
+        first = env.start_worker(extra_args=["--loglevel", "debug"])
+        try:
+            config_exit: int | None = first.wait(60)
+        except subprocess.TimeoutExpired:
+            config_exit = None  # still running: the assertion on the figure says so
+        judge.script(ErrorReply(400, message=f"request refused for key {secret}"))
         env.start_worker(extra_args=["--loglevel", "debug"])
         results.wait_for(_done(set(produced)), timeout=120)
         records = results.snapshot()
@@ -248,5 +259,6 @@ def secrets_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *,
         outputs[f"cli {args[0]}"] = proc.stdout + proc.stderr
     leaks = {name: text.count(secret) for name, text in outputs.items()}
     return {"scenario": "secrets at debug level", **delivery_figures(produced, records),
+            "config_error_exit": config_exit,
             "leaks": sum(leaks.values()), "leaks_by_place": leaks,
             "bytes_checked": sum(len(t) for t in outputs.values())}
