@@ -31,6 +31,7 @@ from ..kafka.clients import resolve_bootstrap, ssl_context
 from ..kafka.rates_view import RatesView
 from ..settings import Settings
 from ..stream.alerts import AlertDispatcher, Sender
+from ..stream.budget import check_budget_prices
 from ..stream.processing import MessageJudge
 from ..stream.telemetry import Telemetry
 from . import dashboard, judging, sampling, web, windows
@@ -82,6 +83,8 @@ def _credentials(settings: Settings) -> object:
 def build_app(settings: Settings, *, judge: Judge | None = None,
               telemetry: Telemetry | None = None) -> WorkerRuntime:
     """Create the Faust app with its agents, tables and pages, closed on stop."""
+    # Settings that cannot work refuse before anything connects (exit 2).
+    check_budget_prices(settings.sampling, settings.judge)
     app = GuardrailFaustApp(settings.kafka.app_id,
                             fetch_wait_ms=settings.worker.consumer_fetch_wait_ms,
                             **faust_options(settings))

@@ -4,9 +4,9 @@ and the first messages of every new version in full.
 The decision is a pure function of the message's sample id and a rate, so a
 redelivered or replayed message decides the same::
 
-    sample_point("case-17")              # 0.2816…, fixed for this id everywhere
-    is_sampled("case-17", 0.25)          # False: 0.2816 >= 0.25
-    is_sampled("case-17", 0.5)           # True, and at any rate above 0.5 too
+    sample_point("case-17")              # 0.5403…, fixed for this id everywhere
+    is_sampled("case-17", 0.25)          # False: 0.5403 >= 0.25
+    is_sampled("case-17", 0.6)           # True, and at any rate above 0.6 too
 
     sampler = Sampler(settings.sampling, group_labels=("model", "model_version"),
                       version_label="model_version", partitions=2)
