@@ -194,6 +194,8 @@ async def test_an_unsampled_message_costs_no_judge_call_and_gets_no_result(
     skipped = [e for e in events if e.status == "not_sampled"]
     assert {e.case_id for e in skipped} == {f"c{i}" for i in range(40)} - expected
     assert len(skipped) == 2 * (40 - len(expected))  # one per metric, for the windows' seen
+    offsets = [e.source.offset for e in events if e.metric == "toxicity"]
+    assert offsets == list(range(40))  # input order, or the window counter skips some
     assert [o.topic for o in outgoing].count(s.kafka.dlq_topic) == 1  # bad input: still DLQ
     assert judge.not_sampled == 40 - len(expected)
     text = judge.telemetry.render().decode()

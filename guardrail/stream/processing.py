@@ -144,36 +144,39 @@ class MessageJudge:
                     if isinstance(msg, BadInput)]
         # Before any await: batches start in order, so the sampler sees each
         # partition's messages in offset order (its version counts need that).
-        good = self._sample(good, outgoing)
-        self.telemetry.in_flight.inc(len(good))
+        chosen = self._sample(good)
+        judged = [(raw, msg) for (raw, msg), take in zip(good, chosen) if take]
+        self.telemetry.in_flight.inc(len(judged))
         try:
-            verdicts = await self._judge_until_available([msg for _, msg in good])
+            verdicts = await self._judge_until_available([msg for _, msg in judged])
         finally:
-            self.telemetry.in_flight.dec(len(good))
+            self.telemetry.in_flight.dec(len(judged))
         if self.budget is not None:
             self.budget.record(verdicts)
             self.budget.update()
-        for (raw, msg), metrics in zip(good, verdicts):
-            outgoing.extend(self._records(raw, msg, metrics))
+        # In input order: the window counter skips an event whose offset is not
+        # above the last one counted for its partition, unsampled ones included.
+        next_verdict = iter(verdicts)
+        for (raw, msg), take in zip(good, chosen):
+            outgoing.extend(self._records(raw, msg, next(next_verdict)) if take
+                            else self._not_sampled(raw, msg))
         return outgoing
 
-    def _sample(self, good: list[tuple[RawMessage, InputMessage]],
-                outgoing: list[Outgoing]) -> list[tuple[RawMessage, InputMessage]]:
-        """The messages to judge; the others become ``not_sampled`` events."""
+    def _sample(self, good: list[tuple[RawMessage, InputMessage]]) -> list[bool]:
+        """Judge each message? (All of them without a sampler.)"""
         if self.sampler is None:
-            return good
+            return [True] * len(good)
         factor = 1.0 if self.budget is None else self.budget.factor
-        chosen = []
-        for raw, msg in good:
-            if self.sampler.decide(msg, raw.source, factor):
-                chosen.append((raw, msg))
-                continue
-            self.not_sampled += 1
-            self.telemetry.messages.labels(outcome="not_sampled").inc()
-            if self.emit_judgments:
-                names = [m.name for m in self.evaluator.effective_config(msg.case).metrics]
-                outgoing.extend(self._events(msg, raw, [(n, "not_sampled", ()) for n in names]))
-        return chosen
+        return [self.sampler.decide(msg, raw.source, factor) for raw, msg in good]
+
+    def _not_sampled(self, raw: RawMessage, message: InputMessage) -> list[Outgoing]:
+        """No result, only a ``not_sampled`` event per metric (the windows' seen)."""
+        self.not_sampled += 1
+        self.telemetry.messages.labels(outcome="not_sampled").inc()
+        if not self.emit_judgments:
+            return []
+        names = [m.name for m in self.evaluator.effective_config(message.case).metrics]
+        return self._events(message, raw, [(n, "not_sampled", ()) for n in names])
 
     async def _judge(self, message: InputMessage) -> RedteamMetrics:
         started = time.perf_counter()
