@@ -56,7 +56,11 @@ def _wait_for_rates(port, seen, judged, timeout=60):
     """/rates once every metric's windows add up to ``seen`` (and ``judged``)."""
     deadline, sums = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
-        rows = _get(port, "/rates")["rates"]
+        try:
+            rows = _get(port, "/rates")["rates"]
+        except OSError:  # the worker's web server is not up yet
+            time.sleep(0.5)
+            continue
         sums = {m: (sum(r["seen"] for r in rows if r["metric"] == m),
                     sum(r["total"] for r in rows if r["metric"] == m)) for m in METRICS}
         if all(s[0] == seen and judged in (None, s[1]) for s in sums.values()):
