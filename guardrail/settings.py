@@ -16,6 +16,7 @@ judge never sees the Kafka password)::
     settings.kafka       # KafkaSettings: bootstrap_servers, topics, security
     settings.worker      # WorkerSettings: batching, outages, shutdown, web
     settings.windows     # WindowSettings: windows, groups, alert rules, webhook
+    settings.sampling    # SamplingSettings: sample rate and rules, the judge budget
 
 Every setting also has one flat name, the name users write: ``judge_model``,
 ``input_topic``, ``window_seconds`` … (:data:`FLAT_NAMES`). Flat names work as
@@ -40,8 +41,8 @@ from .errors import ConfigError
 from .models import RedteamConfig
 
 __all__ = ["Settings", "JudgeSettings", "EvaluationSettings", "KafkaSettings", "WorkerSettings",
-           "WindowSettings", "AlertRule", "load_settings", "settings_env", "read_config_file",
-           "ENV_PREFIX", "FLAT_NAMES", "DEFAULT_CACHE_PATH"]
+           "WindowSettings", "AlertRule", "SamplingSettings", "SampleRule", "load_settings",
+           "settings_env", "read_config_file", "ENV_PREFIX", "FLAT_NAMES", "DEFAULT_CACHE_PATH"]
 
 ENV_PREFIX = "GUARDRAIL_"
 
@@ -172,6 +173,45 @@ class WindowSettings(BaseModel):
     alert_examples: int = Field(default=3, ge=0, le=20)
 
 
+class SampleRule(BaseModel):
+    """Which share of the messages whose metadata match is judged (first match wins).
+
+    ``{"match": {"model_version": "v2"}, "rate": 1.0}``: every v2 message;
+    ``{"first_per_version": 200}``: the first 200 messages of every version in
+    full (see :mod:`guardrail.stream.sampling` for what "first" means)."""
+
+    model_config = _GROUP
+
+    #: Metadata labels that must all be equal (empty: every message).
+    match: dict[str, str] = Field(default_factory=dict)
+    rate: float | None = Field(default=None, ge=0, le=1)
+    first_per_version: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> SampleRule:
+        if (self.rate is None) == (self.first_per_version is None):
+            raise ValueError("a sample rule needs exactly one of 'rate' and 'first_per_version'")
+        return self
+
+
+class SamplingSettings(BaseModel):
+    """Which messages the worker judges, and the judge budget that can lower it."""
+
+    model_config = _GROUP
+
+    #: Share of valid messages judged (deterministic per case_id); the rest are
+    #: only counted as seen.
+    sample_rate: float = Field(default=1.0, ge=0, le=1)
+    sample_rules: tuple[SampleRule, ...] = ()
+    #: Judge spend over the last hour (per worker) that lowers the effective rate.
+    budget_usd_per_hour: float | None = Field(default=None, gt=0)
+    budget_tokens_per_hour: int | None = Field(default=None, gt=0)
+    #: The budget never lowers the effective sample rate below this.
+    budget_min_sample_rate: float = Field(default=0.01, gt=0, le=1)
+    #: Shortest time between two steps of the effective rate (down or up).
+    budget_step_seconds: float = Field(default=30.0, gt=0)
+
+
 #: Group name → (its model, the prefix of its fields' flat names).
 _GROUPS: dict[str, tuple[type[BaseModel], str]] = {
     "judge": (JudgeSettings, "judge_"),
@@ -179,6 +219,7 @@ _GROUPS: dict[str, tuple[type[BaseModel], str]] = {
     "kafka": (KafkaSettings, ""),
     "worker": (WorkerSettings, ""),
     "windows": (WindowSettings, ""),
+    "sampling": (SamplingSettings, ""),
 }
 
 #: Flat name → (group, field): ``judge_model`` → ``("judge", "model")``.
@@ -188,7 +229,7 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
 }
 _SECRETS = ("judge_api_key", "sasl_password")
 _LIST_FIELDS = {"group_labels"}
-_JSON_FIELDS = {"redteam", "alert_rules"}
+_JSON_FIELDS = {"redteam", "alert_rules", "sample_rules"}
 
 
 def _nest(data: Any) -> Any:
@@ -221,6 +262,7 @@ class Settings(BaseModel):
     kafka: KafkaSettings = KafkaSettings()
     worker: WorkerSettings = WorkerSettings()
     windows: WindowSettings = WindowSettings()
+    sampling: SamplingSettings = SamplingSettings()
 
     @model_validator(mode="before")
     @classmethod

@@ -51,6 +51,18 @@ def test_errors_are_excluded_from_the_rate():
     assert WindowCounts().rate is None
 
 
+def test_seen_is_coverage_only_and_old_cells_read_it_as_their_total():
+    sampled = WindowCounts(total=10, unsafe=2, seen=40)
+    assert (sampled.judged, sampled.rate) == (10, 0.2)  # over the judged, never the seen
+    assert WindowCounts.from_dict({"total": 6, "unsafe": 1}).seen == 6  # before sampling
+    assert (sampled + WindowCounts(total=5, seen=5)).seen == 45
+    assert check_rule(ABSOLUTE, WindowCounts(total=19, unsafe=19, seen=1000), None) == []
+    p = two_proportion_p_value(12, 40, 3, 120)
+    reasons = check_rule(REGRESSION, WindowCounts(total=40, unsafe=12, seen=400),
+                         WindowCounts(total=120, unsafe=3, seen=9000))
+    assert f"p={p:.2g}" in reasons[0]  # the z-test on judged counts only
+
+
 def test_counts_add_and_round_trip():
     total = WindowCounts(10, 2, 1) + WindowCounts(5, 1, 0)
     assert (total.total, total.unsafe, total.errors) == (15, 3, 1)

@@ -11,27 +11,28 @@ from guardrail.cli.rates import rates_table
 BIN = Path(sys.executable).parent
 
 
-def _row(metric, group, start, end, total, unsafe, errors, rate):
+def _row(metric, group, start, end, total, unsafe, errors, rate, **seen):
     return {"metric": metric, "group": group, "window_start": start, "window_end": end,
-            "total": total, "unsafe": unsafe, "errors": errors, "unsafe_rate": rate}
+            **seen, "total": total, "unsafe": unsafe, "errors": errors, "unsafe_rate": rate}
 
 
 def test_the_table_aligns_columns_and_keeps_the_rows_order():
+    # The second row comes from a worker before sampling: no "seen", all judged.
     rows = [_row("toxicity", "model=m,model_version=v2", "2026-11-23T10:20:00.000+00:00",
-                 "2026-11-23T10:25:00.000+00:00", 40, 12, 0, 0.3),
+                 "2026-11-23T10:25:00.000+00:00", 40, 12, 0, 0.3, seen=160),
             _row("bias", "", "2026-11-23T23:59:30.000+00:00",
                  "2026-11-24T00:00:30.000+00:00", 7, 0, 7, None)]
     assert rates_table(rows) == "\n".join([
         "metric    group                     window (UTC)                       "
-        "      total  unsafe  errors   rate",
+        "      seen  total  unsafe  errors   rate",
         "toxicity  model=m,model_version=v2  2026-11-23 10:20–10:25             "
-        "         40      12       0  30.0%",
+        "       160     40      12       0  30.0%",
         "bias      -                         2026-11-23 23:59:30–2026-11-24 00:00:30"
-        "      7       0       7      -"])
+        "     7      7       0       7      -"])
 
 
 def test_the_table_of_no_rows_is_its_header():
-    assert rates_table([]).split() == ["metric", "group", "window", "(UTC)", "total",
+    assert rates_table([]).split() == ["metric", "group", "window", "(UTC)", "seen", "total",
                                        "unsafe", "errors", "rate"]
 
 

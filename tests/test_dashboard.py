@@ -282,7 +282,7 @@ def test_spend_and_verdicts_come_from_the_workers_telemetry():
     spend = spend_of(telemetry)
     assert (spend.cost_usd, spend.input_tokens, spend.output_tokens) == (0.0125, 1200, 80)
     assert (spend.unpriced_calls, spend.verdicts, spend.messages) == (
-        3, {"error": 3}, {"judged": 0, "dlq": 4})
+        3, {"error": 3}, {"judged": 0, "not_sampled": 0, "dlq": 4})
     assert spend.judge_paused
     html = render_page(build_dashboard([], [], window_seconds=WINDOW, version_label="v",
                                        spend=spend), PageContext())
@@ -334,3 +334,12 @@ async def test_a_failing_source_gives_a_page_that_says_why(scenario):
     assert "could not read the window rates: ConnectionError: peer 10.0.0.7:6066" in html
     assert "could not read the alerts: expected a list, got str" in html
     assert "No data yet" in html
+
+
+def test_a_budget_alert_is_no_window_alert_and_no_problem(scenario):
+    budget = {"alert_id": "b1", "kind": "budget", "state": "throttled", "reasons": ["spend"],
+              "effective_sample_rate": 0.5, "fired_at": utc_iso(T0 * 1000)}
+    data = build_dashboard(scenario.rows, [*scenario.alerts, budget], window_seconds=WINDOW,
+                           version_label="model_version")
+    assert not data.problems and "b1" not in {a.alert_id for a in data.alerts}
+    assert len(data.alerts) == len(scenario.alerts)

@@ -159,3 +159,10 @@ def test_the_contract_module_imports_no_kafka_client():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_not_sampled_event_round_trips_and_older_events_still_decode():
+    event = _event(status="not_sampled", case_id="c9")
+    assert JudgmentEvent.decode(event.encode()) == event
+    assert b'"status":"not_sampled"' in event.encode()
+    assert JudgmentEvent.decode(TODAYS_WIRE) == TODAYS_EVENT  # no new field is required

@@ -176,3 +176,39 @@ async def test_a_config_error_is_raised_out_of_the_batch_not_paused_or_published
         await message_judge.process(_batch("fine", "ok", "good") + [
             RawMessage(b"{not json", Source("in", 0, 9))])  # not even its DLQ record
     assert message_judge.pauses == []  # not waited out like an outage
+
+
+async def test_an_unsampled_message_costs_no_judge_call_and_gets_no_result(
+        make_settings, judge_server):
+    from guardrail.stream.budget import BudgetGovernor
+    from guardrail.stream.sampling import Sampler, is_sampled
+
+    settings = make_settings(sample_rate=0.25, budget_tokens_per_hour=10**9)
+    s = settings
+    sampler = Sampler(s.sampling, group_labels=s.windows.group_labels,
+                      version_label=s.windows.version_label, partitions=2)
+    budget = BudgetGovernor(s.sampling)
+    evaluator = Evaluator(LLMJudge(s.judge), evaluation=s.evaluation)
+    judge = MessageJudge.from_settings(evaluator, s, sampler=sampler, budget=budget)
+    try:
+        batch = _batch(*[f"answer {i}" for i in range(40)])
+        batch.append(RawMessage(b"{not json", Source("in", 0, 99)))
+        outgoing = await judge.process(batch)
+    finally:
+        await evaluator.aclose()
+    expected = {f"c{i}" for i in range(40) if is_sampled(f"c{i}", 0.25)}
+    results = [orjson.loads(o.value) for o in outgoing if o.topic == s.kafka.results_topic]
+    assert {r["case_id"] for r in results} == expected and 3 < len(expected) < 20
+    assert judge_server.calls == 2 * len(expected)  # bias + toxicity, judged ones only
+    events = [JudgmentEvent.decode(o.value) for o in outgoing
+              if o.topic == s.kafka.judgments_topic]
+    skipped = [e for e in events if e.status == "not_sampled"]
+    assert {e.case_id for e in skipped} == {f"c{i}" for i in range(40)} - expected
+    assert len(skipped) == 2 * (40 - len(expected))  # one per metric, for the windows' seen
+    offsets = [e.source.offset for e in events if e.metric == "toxicity"]
+    assert offsets == list(range(40))  # input order, or the window counter skips some
+    assert [o.topic for o in outgoing].count(s.kafka.dlq_topic) == 1  # bad input: still DLQ
+    assert judge.not_sampled == 40 - len(expected)
+    text = judge.telemetry.render().decode()
+    assert f'guardrail_messages_total{{outcome="not_sampled"}} {40.0 - len(expected)}' in text
+    assert budget.window.totals(budget.clock())[1] > 0  # the batch's spend was recorded

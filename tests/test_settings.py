@@ -45,6 +45,11 @@ OLD_NAMES = {
     "alert_webhook_url": ("windows", "alert_webhook_url"),
     "alert_webhook_timeout": ("windows", "alert_webhook_timeout"),
     "alert_examples": ("windows", "alert_examples"),
+    "sample_rate": ("sampling", "sample_rate"), "sample_rules": ("sampling", "sample_rules"),
+    "budget_usd_per_hour": ("sampling", "budget_usd_per_hour"),
+    "budget_tokens_per_hour": ("sampling", "budget_tokens_per_hour"),
+    "budget_min_sample_rate": ("sampling", "budget_min_sample_rate"),
+    "budget_step_seconds": ("sampling", "budget_step_seconds"),
 }
 
 #: A value for each old name that differs from its default, as an environment string.
@@ -68,7 +73,10 @@ SAMPLE_ENV = {
     "window_expires_seconds": "600", "group_labels": "app,model", "version_label": "release",
     "alert_rules": '[{"metric": "pii", "min_judgments": 5}]',
     "alert_webhook_url": "http://127.0.0.1:1/hook", "alert_webhook_timeout": "2",
-    "alert_examples": "1",
+    "alert_examples": "1", "sample_rate": "0.25",
+    "sample_rules": '[{"match": {"model_version": "v2"}, "rate": 1.0}, {"first_per_version": 50}]',
+    "budget_usd_per_hour": "2.5", "budget_tokens_per_hour": "100000",
+    "budget_min_sample_rate": "0.05", "budget_step_seconds": "10",
 }
 
 
@@ -166,3 +174,16 @@ def test_flat_overrides_beside_whole_groups_win_whatever_the_order():
         built = Settings.model_validate(merged)
         assert (built.kafka.bootstrap_servers, built.judge.model) == ("b:1", "m")
         assert built.kafka.input_topic == "kept" and built.secret("judge_api_key") == "sk-1"
+
+
+def test_sample_rules_take_a_rate_or_a_first_per_version_count_not_both():
+    rules = load_settings(environ={"GUARDRAIL_SAMPLE_RULES": SAMPLE_ENV["sample_rules"]}
+                          ).sampling.sample_rules
+    assert (rules[0].match, rules[0].rate, rules[1].first_per_version) == (
+        {"model_version": "v2"}, 1.0, 50)
+    for bad in ('[{"match": {"app": "x"}}]', '[{"rate": 0.5, "first_per_version": 3}]',
+                '[{"rate": 1.5}]', '[{"first_per_version": 0}]'):
+        with pytest.raises(ConfigError, match="sample_rules"):
+            load_settings(environ={"GUARDRAIL_SAMPLE_RULES": bad})
+    with pytest.raises(ConfigError, match="sample_rate"):
+        load_settings(environ={"GUARDRAIL_SAMPLE_RATE": "1.5"})

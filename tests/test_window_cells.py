@@ -48,11 +48,11 @@ def test_the_newest_record_of_a_cell_wins_and_rows_have_the_rates_shape():
         {"metric": "toxicity", "group": "model=m,model_version=v1,prompt_version=-",
          "window_start": "2026-11-23T10:20:00.000+00:00",
          "window_end": "2026-11-23T10:25:00.000+00:00",
-         "total": 6, "unsafe": 1, "errors": 0, "unsafe_rate": 1 / 6},
+         "seen": 6, "total": 6, "unsafe": 1, "errors": 0, "unsafe_rate": 1 / 6},
         {"metric": "bias", "group": "model=m,model_version=v1,prompt_version=-",
          "window_start": "2026-11-23T10:20:00.000+00:00",
          "window_end": "2026-11-23T10:25:00.000+00:00",
-         "total": 6, "unsafe": 0, "errors": 0, "unsafe_rate": 0.0}]
+         "seen": 6, "total": 6, "unsafe": 0, "errors": 0, "unsafe_rate": 0.0}]
     assert [r["metric"] for r in cells.rows(metric="bias", now=NOW)] == ["bias"]
     assert (cells.records, cells.malformed) == (3, 0)
 
@@ -64,6 +64,18 @@ def test_group_rows_match_the_local_table_rows_for_the_same_cells():
     table = type("Table", (), {"data": {
         (key, (1795429200.0, 1795429499.9)): {"total": 6, "unsafe": 1, "errors": 0}}})
     assert cells.rows(now=NOW) == current_rates(table)
+
+
+def test_a_sampled_cell_shows_seen_beside_the_judged_counts():
+    # Sampling: 24 messages seen, 6 judged; a cell from before sampling reads seen = total.
+    sampled = LAST.replace(b'"errors":0,', b'"errors":0,"seen":24,')
+    cells = _cells()
+    cells.apply(KEY, sampled)
+    cells.apply(OTHER_KEY, OTHER)
+    rows = {r["metric"]: r for r in cells.rows(now=NOW)}
+    assert (rows["toxicity"]["seen"], rows["toxicity"]["total"]) == (24, 6)
+    assert rows["toxicity"]["unsafe_rate"] == 1 / 6  # over the judged, never the seen
+    assert (rows["bias"]["seen"], rows["bias"]["total"]) == (6, 6)
 
 
 def test_a_tombstone_deletes_the_cell():
@@ -104,6 +116,8 @@ def test_expired_windows_are_dropped_as_the_table_drops_them():
     (KEY, b'{"total": -1}', "non-negative integers"),
     (KEY, b'{"total": true}', "non-negative integers"),
     (KEY, b'{"total": 1, "unsafe": 1, "errors": 1}', "exceed total"),
+    (KEY, b'{"total": 5, "seen": 4}', "total \\(judged\\) exceeds seen"),
+    (KEY, b'{"total": 1, "seen": -1}', "non-negative integers"),
 ])
 def test_records_that_are_no_window_cell_are_refused_with_the_reason(key, value, reason):
     with pytest.raises(ChangelogRecordError, match=reason.replace("[", r"\[").replace("|", r"\|")):

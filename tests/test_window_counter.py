@@ -132,3 +132,29 @@ def test_window_bounds_examples():
     # Every moment of one window maps to the same bounds.
     assert {window_bounds(1714564800 + s, 300) for s in (0, 1, 150, 299.999)} == \
         {(1714564800, 1714565100)}
+
+
+def test_unsampled_messages_count_as_seen_only_and_redeliveries_once():
+    counter = _counter()
+    for offset, status in [(0, "safe"), (1, "not_sampled"), (2, "unsafe"), (3, "not_sampled"),
+                           (1, "not_sampled"), (2, "unsafe"), (4, "error"), (3, "not_sampled")]:
+        counter.apply(_judgment(offset, status), 1000.0)
+    cell = counter.windowed.cells["toxicity|model=m"]
+    assert (cell["seen"], cell["total"], cell["unsafe"], cell["errors"]) == (5, 3, 1, 1)
+    assert counter.telemetry.duplicate_judgments._value.get() == 3
+
+
+def test_min_judgments_and_the_rate_read_judged_counts_never_seen():
+    rules = [{"metric": "toxicity", "max_unsafe_rate": 0.2, "min_judgments": 10,
+              "baseline_windows": 0}]
+    counter = _counter(alert_rules=rules)
+    # 100 seen, 9 judged, all unsafe: below min_judgments, so no alert.
+    for offset in range(100):
+        counter.apply(_judgment(offset, "unsafe" if offset % 11 == 0 and offset < 99
+                                else "not_sampled"), 1000.0)
+    cell = counter.windowed.cells["toxicity|model=m"]
+    assert (cell["seen"], cell["total"]) == (100, 9) and counter.dispatcher.alerts == []
+    counter.apply(_judgment(100, "unsafe"), 1000.0)  # the 10th judged one
+    [alert] = counter.dispatcher.alerts
+    assert alert["kind"] == "regression" and alert["rate"] == 1.0
+    assert (alert["counts"]["judged"], alert["counts"]["seen"]) == (10, 101)

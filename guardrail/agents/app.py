@@ -12,6 +12,7 @@ until SIGTERM. Each piece lives in its own module:
 - :mod:`.judging` — input topic → judged in batches → results / judgments /
   DLQ, offsets acked only after the broker acknowledged every output.
 - :mod:`.windows` — judgments topic → tumbling windowed counts → alerts.
+- :mod:`.sampling` — which messages are judged, and the judge budget.
 - :mod:`.web` — ``/rates``, ``/health``, ``/metrics``.
 - :mod:`.dashboard` — ``/dashboard``, the live page over the same data.
 """
@@ -30,9 +31,10 @@ from ..kafka.clients import resolve_bootstrap, ssl_context
 from ..kafka.rates_view import RatesView
 from ..settings import Settings
 from ..stream.alerts import AlertDispatcher, Sender
+from ..stream.budget import check_budget_prices
 from ..stream.processing import MessageJudge
 from ..stream.telemetry import Telemetry
-from . import dashboard, judging, web, windows
+from . import dashboard, judging, sampling, web, windows
 from .runtime import GuardrailApp, WorkerRuntime
 from .transport import GuardrailFaustApp
 
@@ -81,20 +83,25 @@ def _credentials(settings: Settings) -> object:
 def build_app(settings: Settings, *, judge: Judge | None = None,
               telemetry: Telemetry | None = None) -> WorkerRuntime:
     """Create the Faust app with its agents, tables and pages, closed on stop."""
+    # Settings that cannot work refuse before anything connects (exit 2).
+    check_budget_prices(settings.sampling, settings.judge)
     app = GuardrailFaustApp(settings.kafka.app_id,
                             fetch_wait_ms=settings.worker.consumer_fetch_wait_ms,
                             **faust_options(settings))
     telemetry = telemetry or Telemetry()
     evaluator = build_evaluator(settings, judge=judge)
     telemetry.expect_metrics(m.name for m in evaluator.base_metrics)
+    dispatcher = AlertDispatcher(webhook_url=settings.windows.alert_webhook_url,
+                                 timeout=settings.windows.alert_webhook_timeout,
+                                 send_to_topic=_alerts_sender(app, settings))
+    sampler, budget = sampling.build(settings, telemetry, notify=dispatcher.dispatch)
     runtime = WorkerRuntime(
         app=app, settings=settings, telemetry=telemetry,
-        message_judge=MessageJudge.from_settings(evaluator, settings, telemetry=telemetry),
-        dispatcher=AlertDispatcher(webhook_url=settings.windows.alert_webhook_url,
-                                   timeout=settings.windows.alert_webhook_timeout,
-                                   send_to_topic=_alerts_sender(app, settings)),
-        rates_view=RatesView(settings),
+        message_judge=MessageJudge.from_settings(evaluator, settings, telemetry=telemetry,
+                                                 sampler=sampler, budget=budget),
+        dispatcher=dispatcher, rates_view=RatesView(settings),
     )
+    sampling.register(runtime)  # before the judging agent: it may add a hook to acks
     judging.register(runtime)
     windows.register(runtime)
     web.register(runtime)
@@ -111,7 +118,9 @@ def _alerts_sender(app: faust.App, settings: Settings) -> Sender:
                              key_serializer="raw", value_serializer="raw")
 
     async def send_alert(alert: dict[str, object]) -> None:
-        fut = await alerts_topic.send(key=str(alert.get("metric")).encode(),
+        # Regression alerts are keyed by metric; budget alerts by their kind.
+        key = alert.get("metric") or alert.get("kind") or "alert"
+        fut = await alerts_topic.send(key=str(key).encode(),
                                       value=orjson.dumps(alert))
         await fut
 

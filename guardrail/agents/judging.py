@@ -181,8 +181,14 @@ def register(runtime: WorkerRuntime) -> None:
     async def handle(events: list[Any]) -> list[Outgoing]:
         return await runtime.message_judge.process([_raw(e) for e in events])
 
+    # Another agent's state that must be durable before a batch is acked
+    # (the sampler's version counts, agents/sampling.py), if any.
+    confirm = runtime.state.get("confirm_before_ack")
+
     async def publish(records: list[Outgoing]) -> None:
         await _publish(topics, records)
+        if confirm is not None:
+            await confirm()  # type: ignore[operator]
 
     @app.agent(source, name="guardrail.judge", concurrency=1)
     async def judge(stream: Any) -> None:

@@ -44,6 +44,9 @@ def window_bounds(timestamp: float, size: float) -> tuple[float, float]:
 class WindowCounter:
     """Apply one judgment event to the table and decide whether to alert.
 
+    Every event counts as seen; a ``not_sampled`` one only as seen (the
+    message was not judged), the rest also in the judged counts.
+
     Duplicates are skipped: the judgment events of one input partition reach a
     window cell in input-offset order (the judging agent publishes in order), so
     each cell keeps, per origin and input partition, the highest input offset it
@@ -70,6 +73,10 @@ class WindowCounter:
                 self.telemetry.duplicate_judgments.inc()
                 return
             counts.marks[stream] = offset
+        counts.seen += 1
+        if event.status == "not_sampled":  # seen, not judged: no verdict to count
+            self.windowed[key] = counts.as_dict()
+            return
         counts.total += 1
         counts.unsafe += event.status == "unsafe"
         counts.errors += event.status == "error"
@@ -114,11 +121,12 @@ class WindowCounter:
             return
         start, end = window_bounds(timestamp, self.windows.window_seconds)
         alert = {
-            "alert_id": uuid.uuid4().hex, "metric": event.metric,
+            "alert_id": uuid.uuid4().hex, "kind": "regression", "metric": event.metric,
             "group": event.group, "reasons": reasons,
             "window": {"start": utc_iso(start * 1000), "end": utc_iso(end * 1000)},
+            # The rules read judged counts; seen tells how much was sampled.
             "counts": {"total": counts.total, "unsafe": counts.unsafe, "errors": counts.errors,
-                       "judged": counts.judged},
+                       "judged": counts.judged, "seen": counts.seen},
             "rate": counts.rate,
             "baseline": None if baseline is None else {
                 **baseline_info, "total": baseline.total, "unsafe": baseline.unsafe,

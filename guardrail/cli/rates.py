@@ -2,8 +2,11 @@
 
     print(rates_table(cells.rows()))
 
-    metric    group                    window (UTC)             total  unsafe  errors   rate
-    toxicity  model=m,model_version=v2  2026-11-23 10:20–10:25       40      12       0  30.0%
+    metric    group                     window (UTC)            seen  total  unsafe  errors   rate
+    toxicity  model=m,model_version=v2  2026-11-23 10:20–10:25   160     40      12       0  30.0%
+
+``seen`` counts every message of the window, ``total`` the judged ones
+(sampling judges a share; the rate is over the judged).
 """
 
 from __future__ import annotations
@@ -13,21 +16,26 @@ from typing import Any
 
 __all__ = ["rates_table"]
 
-_HEADER = ("metric", "group", "window (UTC)", "total", "unsafe", "errors", "rate")
-_NUMERIC = {3, 4, 5, 6}  # right-aligned columns
+_HEADER = ("metric", "group", "window (UTC)", "seen", "total", "unsafe", "errors", "rate")
+_NUMERIC = {3, 4, 5, 6, 7}  # right-aligned columns
 
 
 def rates_table(rows: list[dict[str, Any]]) -> str:
     """Rows as ``/rates`` gives them, as an aligned text table (in their order)."""
-    lines = [_HEADER] + [
-        (row["metric"], row["group"] or "-", _window_text(row["window_start"], row["window_end"]),
-         str(row["total"]), str(row["unsafe"]), str(row["errors"]), _rate_text(row["unsafe_rate"]))
-        for row in rows]
+    lines = [_HEADER] + [_line(row) for row in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(_HEADER))]
     return "\n".join(
         "  ".join(cell.rjust(w) if i in _NUMERIC else cell.ljust(w)
                   for i, (cell, w) in enumerate(zip(line, widths))).rstrip()
         for line in lines)
+
+
+def _line(row: dict[str, Any]) -> tuple[str, ...]:
+    window = _window_text(row["window_start"], row["window_end"])
+    # A row without "seen" (from before sampling) judged all it saw.
+    seen = row.get("seen", row["total"])
+    return (row["metric"], row["group"] or "-", window, str(seen), str(row["total"]),
+            str(row["unsafe"]), str(row["errors"]), _rate_text(row["unsafe_rate"]))
 
 
 def _rate_text(rate: float | None) -> str:

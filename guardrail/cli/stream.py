@@ -166,10 +166,12 @@ def _time(value: str | None) -> int | None:
 @click.option("--dlq-topic", help="Where bad input goes (default: RESULTS_TOPIC.dlq with "
               "--results-topic, else the DLQ topic).")
 @click.option("--fire-alerts", is_flag=True, help="Also feed the live windows and alerts.")
+@click.option("--sample-rate", type=click.FloatRange(0, 1), help="Judge only this share, "
+              "chosen as the worker chooses (by case_id) with the sample_rules; default: all.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
 def replay_command(start: str, end: str | None, topic: str | None, results_topic: str | None,
-                   dlq_topic: str | None, fire_alerts: bool, quiet: bool,
-                   **flags: Any) -> None:
+                   dlq_topic: str | None, fire_alerts: bool, sample_rate: float | None,
+                   quiet: bool, **flags: Any) -> None:
     """Re-judge a time range of a topic, then stop."""
     from ..kafka.replay import replay
 
@@ -181,7 +183,8 @@ def replay_command(start: str, end: str | None, topic: str | None, results_topic
 
     summary = asyncio.run(replay(settings, start_ms=start_ms or 0, end_ms=end_ms, topic=topic,
                                  results_topic=results_topic, dlq_topic=dlq_topic,
-                                 fire_alerts=fire_alerts, progress=progress))
+                                 fire_alerts=fire_alerts, progress=progress,
+                                 sample_rate=sample_rate))
     reporter.finish()
     _print_replay_summary(summary)
 
@@ -193,6 +196,8 @@ def _print_replay_summary(summary: ReplaySummary) -> None:
     click.echo(f"replayed {summary.processed} messages: {summary.results} results to "
                f"{summary.results_topic}, {summary.dlq} DLQ records to {summary.dlq_topic}"
                + (f", {summary.judgment_events} judgment events" if summary.judgment_events
+                  else "")
+               + (f", {summary.not_sampled} not sampled" if summary.not_sampled is not None
                   else ""), err=True)
     click.echo(f"judged {t.judged}, cached {t.cached} (cache {summary.cache}); tokens "
                f"{t.input_tokens} in / {t.output_tokens} out; cost {summary.cost_text()}",

@@ -11,6 +11,12 @@ DLQ records carry the input's key and headers, and are sent with its headers::
     summary = await replay(settings, start_ms=..., end_ms=None, results_topic="R")
     summary.results, summary.dlq, summary.tally.judged, summary.tally.cached
     summary.to_json()   # counts, topics, the cache file, judged / cached / cost
+
+A replay judges every valid message, whatever ``sample_rate`` says; with
+``sample_rate=R`` (``--sample-rate``) it samples like the worker: the same
+hash of the case_id, so the same messages as a live worker at rate R, and the
+configured ``sample_rules`` (a ``first_per_version`` rule counts, in memory,
+from the start of the replayed range). The judge budget is the worker's only.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from ..judge import Judge
 from ..settings import Settings
 from ..stream.envelope import Source
 from ..stream.processing import JudgeTally, MessageJudge, Outgoing, RawMessage
+from ..stream.sampling import Sampler
 from .clients import client_options
 from .topics import ensure_topics
 
@@ -52,6 +59,8 @@ class ReplaySummary:
     results: int = 0
     dlq: int = 0
     judgment_events: int = 0
+    #: Valid messages left unjudged (only with a sample rate); None: no sampling.
+    not_sampled: int | None = None
     ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
     tally: JudgeTally = field(default_factory=JudgeTally)
     finished_at: str | None = None
@@ -83,7 +92,7 @@ class ReplaySummary:
         return {"topic": self.topic, "planned": self.planned, "processed": self.processed,
                 "results": self.results, "results_topic": self.results_topic,
                 "dlq": self.dlq, "dlq_topic": self.dlq_topic,
-                "judgment_events": self.judgment_events,
+                "judgment_events": self.judgment_events, "not_sampled": self.not_sampled,
                 "ranges": {str(k): v for k, v in self.ranges.items()},
                 "finished_at": self.finished_at, "cache": self.cache,
                 "judged": t.judged, "cached": t.cached, "errors": t.errors,
@@ -170,8 +179,10 @@ def output_topics(settings: Settings, results_topic: str | None,
 async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None,
                  topic: str | None = None, results_topic: str | None = None,
                  dlq_topic: str | None = None, fire_alerts: bool = False,
-                 judge: Judge | None = None, progress: Progress | None = None) -> ReplaySummary:
-    """Judge every message of ``topic`` with a timestamp in [start_ms, end_ms)."""
+                 judge: Judge | None = None, progress: Progress | None = None,
+                 sample_rate: float | None = None) -> ReplaySummary:
+    """Judge every message of ``topic`` with a timestamp in [start_ms, end_ms)
+    (with ``sample_rate``: the sample the worker would judge at that rate)."""
     topic = topic or settings.kafka.input_topic
     # ensure_topics checks first that the broker answers (one line, exit 2 if not).
     results_topic, dlq_topic = output_topics(settings, results_topic, dlq_topic)
@@ -181,7 +192,8 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
     evaluator = build_evaluator(settings, judge=judge, persistent_cache=True)
     message_judge = MessageJudge.from_settings(
         evaluator, settings, emit_judgments=fire_alerts, results_topic=results_topic,
-        dlq_topic=dlq_topic, origin=f"replay-{uuid.uuid4().hex[:12]}")
+        dlq_topic=dlq_topic, origin=f"replay-{uuid.uuid4().hex[:12]}",
+        sampler=_sampler(settings, sample_rate))
     cache_path = getattr(evaluator.cache, "path", None)
     options = client_options(settings.kafka)
     consumer = AIOKafkaConsumer(group_id=None, enable_auto_commit=False, **options)
@@ -197,12 +209,24 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
                                 ranges={tp.partition: r for tp, r in plan.items()},
                                 tally=message_judge.tally)
         await _consume(consumer, producer, message_judge, plan, summary, settings, progress)
+        if sample_rate is not None:
+            summary.not_sampled = message_judge.not_sampled
         summary.finished_at = datetime.now(timezone.utc).isoformat()
         return summary
     finally:
         await consumer.stop()
         await producer.stop()
         await evaluator.aclose()
+
+
+def _sampler(settings: Settings, sample_rate: float | None) -> Sampler | None:
+    if sample_rate is None:
+        return None  # a replay judges everything unless asked
+    if not 0 <= sample_rate <= 1:
+        raise ConfigError(f"the sample rate must be from 0 to 1, not {sample_rate}")
+    return Sampler(settings.sampling, group_labels=settings.windows.group_labels,
+                   version_label=settings.windows.version_label,
+                   partitions=settings.kafka.topic_partitions, rate=sample_rate)
 
 
 async def _consume(consumer: AIOKafkaConsumer, producer: AIOKafkaProducer,

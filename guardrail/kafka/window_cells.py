@@ -10,7 +10,9 @@ running worker (see ``tests/test_window_cells.py``)::
 The key is ``[window key, [window start, start + size - 0.1]]`` (a Faust
 window range ends 0.1 s before the next one starts); the value is the cell
 (:class:`~guardrail.stream.alerts.WindowCounts` as a dict), or absent (a
-tombstone: the cell was deleted). The newest record of a key is the cell::
+tombstone: the cell was deleted). Since sampling a value also carries
+``seen`` (messages seen, judged or not; absent in older cells: the total).
+The newest record of a key is the cell::
 
     cells = WindowCells(window_seconds=300, expires_seconds=3600)
     cells.apply(record.key, record.value, where="partition 0 offset 12")
@@ -93,12 +95,16 @@ def _decode_value(value: bytes) -> WindowCounts:
         raise ChangelogRecordError(f"value is not JSON: {value[:120]!r}") from None
     if not isinstance(data, dict):
         raise ChangelogRecordError(f"value is not a JSON object: {value[:120]!r}")
-    # Absent counts read as 0, as the table itself reads them (WindowCounts.from_dict).
+    # Absent counts read as 0, as the table itself reads them (WindowCounts.from_dict);
+    # a cell from before sampling has no "seen": all it counted was judged.
     counts = {name: data.get(name, 0) for name in _COUNT_FIELDS}
+    counts["seen"] = data.get("seen", counts["total"])
     if not all(_is_count(n) for n in counts.values()):
         raise ChangelogRecordError(f"counts must be non-negative integers: {counts}")
     if counts["unsafe"] + counts["errors"] > counts["total"]:
         raise ChangelogRecordError(f"unsafe + errors exceed total: {counts}")
+    if counts["total"] > counts["seen"]:
+        raise ChangelogRecordError(f"total (judged) exceeds seen: {counts}")
     return WindowCounts(**counts)
 
 
@@ -115,8 +121,9 @@ def window_row(window: str, start: float, end: float, counts: WindowCounts) -> d
     """One ``/rates`` row: a window cell as JSON-ready values."""
     metric, group = parse_window_key(window)
     return {"metric": metric, "group": group, "window_start": utc_iso(start * 1000),
-            "window_end": utc_iso(round(end) * 1000), "total": counts.total,
-            "unsafe": counts.unsafe, "errors": counts.errors, "unsafe_rate": counts.rate}
+            "window_end": utc_iso(round(end) * 1000), "seen": counts.seen,
+            "total": counts.total, "unsafe": counts.unsafe, "errors": counts.errors,
+            "unsafe_rate": counts.rate}
 
 
 def sort_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

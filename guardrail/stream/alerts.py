@@ -33,7 +33,11 @@ log = logging.getLogger("guardrail.alerts")
 
 @dataclass
 class WindowCounts:
-    """Judgments of one metric for one group in one window."""
+    """Judgments of one metric for one group in one window.
+
+    ``total``, ``unsafe``, ``errors``, ``judged`` and ``rate`` count judged
+    messages only; ``seen`` also counts those the sampling left unjudged, so
+    ``judged / seen`` is the coverage. The rules read judged counts only."""
 
     total: int = 0
     unsafe: int = 0
@@ -41,6 +45,8 @@ class WindowCounts:
     examples: list[dict[str, Any]] = field(default_factory=list)
     #: Highest input offset counted per origin and input partition (de-duplication).
     marks: dict[str, int] = field(default_factory=dict)
+    #: Messages seen, judged or not (last, so positional uses keep their meaning).
+    seen: int = 0
 
     @property
     def judged(self) -> int:
@@ -53,18 +59,20 @@ class WindowCounts:
 
     def as_dict(self) -> dict[str, Any]:
         return {"total": self.total, "unsafe": self.unsafe, "errors": self.errors,
-                "examples": self.examples, "marks": self.marks}
+                "seen": self.seen, "examples": self.examples, "marks": self.marks}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> WindowCounts:
         data = data or {}
-        return cls(total=data.get("total", 0), unsafe=data.get("unsafe", 0),
+        total = data.get("total", 0)
+        # Cells written before sampling have no "seen": every message was judged.
+        return cls(total=total, unsafe=data.get("unsafe", 0),
                    errors=data.get("errors", 0), examples=list(data.get("examples", [])),
-                   marks=dict(data.get("marks", {})))
+                   marks=dict(data.get("marks", {})), seen=data.get("seen", total))
 
     def __add__(self, other: WindowCounts) -> WindowCounts:
         return WindowCounts(self.total + other.total, self.unsafe + other.unsafe,
-                            self.errors + other.errors)
+                            self.errors + other.errors, seen=self.seen + other.seen)
 
 
 def two_proportion_p_value(x1: int, n1: int, x2: int, n2: int) -> float:
@@ -151,8 +159,8 @@ class AlertDispatcher:
 
     def dispatch(self, alert: dict[str, Any]) -> None:
         self._recent.append(alert)
-        log.warning("ALERT %s %s: %s", alert.get("metric"), alert.get("group"),
-                    "; ".join(alert.get("reasons", [])))
+        log.warning("ALERT %s %s: %s", alert.get("metric") or alert.get("kind"),
+                    alert.get("group", ""), "; ".join(alert.get("reasons", [])))
         task = asyncio.ensure_future(self._deliver(alert))
         self._tasks[task] = alert
         task.add_done_callback(self._forget)

@@ -12,6 +12,10 @@ Typed on both sides, JSON on the wire; the keys are built and read only here::
     event.window_key                            # "toxicity|model=m,model_version=v2"
     parse_window_key(event.window_key)          # ("toxicity", "model=m,model_version=v2")
 
+A message the worker did not sample (``sample_rate``, see
+:mod:`.sampling`) is still counted as *seen*: one event per metric with status
+``"not_sampled"``, no verdict, no spans. Counters read it as seen, not judged.
+
 The wire format predates this class and must stay readable both ways (events
 in flight during an upgrade, tools reading the topic): the same JSON keys,
 including the redundant ``table_key``, and the key format ``metric|k=v,k=v``,
@@ -30,7 +34,10 @@ from .envelope import Source
 __all__ = ["JudgmentEvent", "MalformedEvent", "Status", "window_key", "partition_key",
            "parse_window_key"]
 
-Status = Literal["safe", "unsafe", "error"]
+#: ``not_sampled``: the message was seen but not judged (added with sampling;
+#: older events never carry it, and a counter from before sampling skips it as
+#: malformed, so upgrade the counting side with or before the judging side).
+Status = Literal["safe", "unsafe", "error", "not_sampled"]
 _STATUSES: tuple[str, ...] = get_args(Status)
 
 

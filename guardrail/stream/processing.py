@@ -9,6 +9,14 @@ messages in and publish what comes out::
     #    results and DLQ records carry the input's Kafka headers (trace context)
     judge.tally.judged, judge.tally.cached, judge.tally.cost   # what judging cost so far
 
+With a :class:`~.sampling.Sampler` only a share of the valid messages is
+judged; the rest get no judge call and no result, only ``not_sampled``
+judgment events, so the windows count them as seen. A
+:class:`~.budget.BudgetGovernor` records what each batch's judgments cost and
+may lower the share (``factor``)::
+
+    judge = MessageJudge.from_settings(evaluator, settings, sampler=sampler, budget=governor)
+
 Nothing is lost or silently passed: bad input becomes a DLQ record, a judge
 failure becomes the metric's ``error``, and when the judge is down for the
 whole batch the batch waits (``outage_policy="pause"``) instead of publishing
@@ -31,9 +39,11 @@ from .._tasks import gather_or_cancel
 from ..evaluate import Evaluator
 from ..models import RedteamMetrics
 from ..settings import KafkaSettings, Settings, WindowSettings, WorkerSettings
+from .budget import BudgetGovernor
 from .envelope import (BadInput, Headers, InputMessage, Source, decode_input, dlq_record,
                        group_labels, result_record)
-from .events import JudgmentEvent
+from .events import JudgmentEvent, Status
+from .sampling import Sampler
 from .telemetry import Telemetry
 
 __all__ = ["RawMessage", "Outgoing", "MessageJudge", "JudgeTally"]
@@ -100,7 +110,8 @@ class MessageJudge:
     def __init__(self, evaluator: Evaluator, *, worker: WorkerSettings, kafka: KafkaSettings,
                  windows: WindowSettings, telemetry: Telemetry | None = None,
                  emit_judgments: bool = True, results_topic: str | None = None,
-                 dlq_topic: str | None = None, origin: str = "live") -> None:
+                 dlq_topic: str | None = None, origin: str = "live",
+                 sampler: Sampler | None = None, budget: BudgetGovernor | None = None) -> None:
         self.evaluator = evaluator
         self.worker, self.kafka, self.windows = worker, kafka, windows
         self.telemetry = telemetry or Telemetry()
@@ -108,6 +119,10 @@ class MessageJudge:
         self.results_topic = results_topic or kafka.results_topic
         self.dlq_topic = dlq_topic or kafka.dlq_topic
         self.tally = JudgeTally()
+        #: None: every valid message is judged.
+        self.sampler, self.budget = sampler, budget
+        #: Valid messages left unjudged by the sampling.
+        self.not_sampled = 0
         #: Which run produced the judgments ("live", or one replay): the window
         #: counter de-duplicates per origin and source partition.
         self.origin = origin
@@ -131,14 +146,41 @@ class MessageJudge:
         good = [(raw, msg) for raw, msg in decoded if isinstance(msg, InputMessage)]
         outgoing = [self._dlq(raw, msg.reason) for raw, msg in decoded
                     if isinstance(msg, BadInput)]
-        self.telemetry.in_flight.inc(len(good))
+        # Before any await: batches start in order, so the sampler sees each
+        # partition's messages in offset order (its version counts need that).
+        chosen = self._sample(good)
+        judged = [(raw, msg) for (raw, msg), take in zip(good, chosen) if take]
+        self.telemetry.in_flight.inc(len(judged))
         try:
-            verdicts = await self._judge_until_available([msg for _, msg in good])
+            verdicts = await self._judge_until_available([msg for _, msg in judged])
         finally:
-            self.telemetry.in_flight.dec(len(good))
-        for (raw, msg), metrics in zip(good, verdicts):
-            outgoing.extend(self._records(raw, msg, metrics))
+            self.telemetry.in_flight.dec(len(judged))
+        if self.budget is not None:
+            self.budget.record(verdicts)
+            self.budget.update()
+        # In input order: the window counter skips an event whose offset is not
+        # above the last one counted for its partition, unsampled ones included.
+        next_verdict = iter(verdicts)
+        for (raw, msg), take in zip(good, chosen):
+            outgoing.extend(self._records(raw, msg, next(next_verdict)) if take
+                            else self._not_sampled(raw, msg))
         return outgoing
+
+    def _sample(self, good: list[tuple[RawMessage, InputMessage]]) -> list[bool]:
+        """Judge each message? (All of them without a sampler.)"""
+        if self.sampler is None:
+            return [True] * len(good)
+        factor = 1.0 if self.budget is None else self.budget.factor
+        return [self.sampler.decide(msg, raw.source, factor) for raw, msg in good]
+
+    def _not_sampled(self, raw: RawMessage, message: InputMessage) -> list[Outgoing]:
+        """No result, only a ``not_sampled`` event per metric (the windows' seen)."""
+        self.not_sampled += 1
+        self.telemetry.messages.labels(outcome="not_sampled").inc()
+        if not self.emit_judgments:
+            return []
+        names = [m.name for m in self.evaluator.effective_config(message.case).metrics]
+        return self._events(message, raw, [(n, "not_sampled", ()) for n in names])
 
     async def _judge(self, message: InputMessage) -> RedteamMetrics:
         started = time.perf_counter()
@@ -200,8 +242,7 @@ class MessageJudge:
 
     def _records(self, raw: RawMessage, message: InputMessage,
                  metrics: RedteamMetrics) -> list[Outgoing]:
-        event_ms = next((t for t in (message.event_time_ms, raw.source.timestamp_ms)
-                         if t is not None and t >= 0), int(time.time() * 1000))
+        event_ms = _event_ms(raw, message)
         record = result_record(message, metrics, raw.source, event_time_ms=event_ms,
                                judge_model=self.evaluator.judge.model)
         # Keyed by case_id, which decode_input always set (the case's own, else
@@ -211,7 +252,10 @@ class MessageJudge:
                             headers=raw.source.headers)]
         self._count(metrics)
         if self.emit_judgments:
-            records.extend(self._judgment_events(message, metrics, raw.source, event_ms))
+            records.extend(self._events(message, raw, [
+                (m.name, "error" if m.error else ("unsafe" if m.unsafe else "safe"),
+                 tuple(m.result[0].evidence_spans[:3]) if m.unsafe else ())
+                for m in metrics.metrics]))
         return records
 
     def _count(self, metrics: RedteamMetrics) -> None:
@@ -230,21 +274,27 @@ class MessageJudge:
             else:
                 t.cost.inc(m.cost)
 
-    def _judgment_events(self, message: InputMessage, metrics: RedteamMetrics,
-                         source: Source, event_ms: int) -> list[Outgoing]:
+    def _events(self, message: InputMessage, raw: RawMessage,
+                verdicts: list[tuple[str, Status, tuple[str, ...]]]) -> list[Outgoing]:
+        """Judgment events, one per (metric, status, evidence spans)."""
         labels = group_labels(message.metadata, self.windows.group_labels)
+        event_ms = _event_ms(raw, message)
         outgoing = []
-        for m in metrics.metrics:
+        for metric, status, spans in verdicts:
             event = JudgmentEvent(
-                metric=m.name, group=labels,
-                status="error" if m.error else ("unsafe" if m.unsafe else "safe"),
-                case_id=message.case.case_id, event_time_ms=event_ms,
-                evidence_spans=tuple(m.result[0].evidence_spans[:3]) if m.unsafe else (),
-                source=source, origin=self.origin)
+                metric=metric, group=labels, status=status, case_id=message.case.case_id,
+                event_time_ms=event_ms, evidence_spans=spans, source=raw.source,
+                origin=self.origin)
             outgoing.append(Outgoing(self.kafka.judgments_topic,
                                      event.partition_key(self.windows.version_label),
                                      event.encode(), timestamp_ms=event_ms))
         return outgoing
+
+
+def _event_ms(raw: RawMessage, message: InputMessage) -> int:
+    """The message's event time: its own, else the Kafka timestamp, else now."""
+    return next((t for t in (message.event_time_ms, raw.source.timestamp_ms)
+                 if t is not None and t >= 0), int(time.time() * 1000))
 
 
 def _unavailable_share(verdicts: list[RedteamMetrics]) -> float:

@@ -23,7 +23,7 @@ class Telemetry:
         self.registry = CollectorRegistry()
         r = self.registry
         self.messages = Counter("guardrail_messages", "Input messages handled, by outcome "
-                                "(judged, dlq)", ["outcome"], registry=r)
+                                "(judged, not_sampled, dlq)", ["outcome"], registry=r)
         self.judgments = Counter("guardrail_judgments", "Metric judgments by verdict "
                                  "(safe, unsafe, error)", ["metric", "verdict"], registry=r)
         self.judge_latency = Histogram(
@@ -51,14 +51,29 @@ class Telemetry:
         self.alerts = Counter("guardrail_alerts", "Alerts fired", ["metric"], registry=r)
         self.in_flight = Gauge("guardrail_in_flight_messages", "Messages being judged",
                                registry=r)
+        # Sampling and the judge budget (per worker: see guardrail.stream.budget).
+        self.effective_sample_rate = Gauge(
+            "guardrail_effective_sample_rate", "Sample rate in force: sample_rate, lowered "
+            "while the judge budget is short", registry=r)
+        self.spend_usd_per_hour = Gauge(
+            "guardrail_judge_spend_usd_per_hour", "This worker's judge spend over the last "
+            "hour (USD, known prices)", registry=r)
+        self.spend_tokens_per_hour = Gauge(
+            "guardrail_judge_spend_tokens_per_hour", "This worker's judge tokens over the "
+            "last hour", registry=r)
+        self.budget_alerts = Counter("guardrail_budget_alerts", "Budget alerts fired, by "
+                                     "state (throttled, restored)", ["state"], registry=r)
 
         # Known label values exist from the start, at 0: Prometheus only sees an
         # increase between two scrapes of a series, so a series born at its first
         # count (a burst within one scrape) would show no rate at all.
-        for outcome in ("judged", "dlq"):
+        for outcome in ("judged", "not_sampled", "dlq"):
             self.messages.labels(outcome=outcome)
         for direction in ("input", "output"):
             self.tokens.labels(direction=direction)
+        for state in ("throttled", "restored"):
+            self.budget_alerts.labels(state=state)
+        self.effective_sample_rate.set(1.0)
 
     def expect_metrics(self, names: Iterable[str]) -> None:
         """Start the per-metric series of these rubric metrics at 0 (see above)."""

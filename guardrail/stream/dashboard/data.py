@@ -12,9 +12,10 @@ group), the alerts this worker fired and its spend (:func:`.spend.spend_of`)::
 
 A row that does not fit (a missing field, a count below zero, more unsafe
 than judged) is skipped and named in ``problems``, never drawn as a safe
-window. Coverage reads ``seen`` and ``judged`` when a row has them; until
-sampling adds them, every judgment counted was seen, and judged means it got
-a verdict (``total - errors``).
+window. Coverage reads ``seen`` (every message of the window, sampled or
+not) when a row has it, else takes the row's ``total``; judged means it got a
+verdict (``judged`` when given, else ``total - errors``). Budget alerts
+(``kind: "budget"``) belong to no window and are left out.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class _Row(BaseModel):
     total: int = Field(ge=0)
     unsafe: int = Field(ge=0)
     errors: int = Field(ge=0)
-    #: Sampling (not yet): messages seen, and how many of them were judged.
+    #: Messages seen (sampled or not; rows from before sampling lack it) and judged.
     seen: int | None = Field(default=None, ge=0)
     judged: int | None = Field(default=None, ge=0)
 
@@ -249,6 +250,8 @@ def _alert(raw: _Alert, version_label: str) -> Alert:
 def _alerts(alerts: Iterable[Any], version_label: str, problems: list[str]) -> list[Alert]:
     parsed = []
     for i, raw in enumerate(alerts):
+        if isinstance(raw, Mapping) and raw.get("kind") == "budget":
+            continue  # the worker's budget, no window's: not drawn on a chart
         try:
             parsed.append(_alert(_Alert.model_validate(raw), version_label))
         except ValidationError as exc:
