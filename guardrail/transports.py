@@ -47,11 +47,18 @@ Messages = list[dict[str, str]]
 
 @dataclass(frozen=True)
 class Completion:
-    """What one call returned: the answer text (None if absent) and token counts."""
+    """What one call returned: the answer text (None if absent) and token counts.
+
+    ``cached_tokens`` is the part of ``prompt_tokens`` the provider read from
+    its prompt cache (OpenAI, vLLM and llama.cpp report it as
+    ``usage.prompt_tokens_details.cached_tokens``; Anthropic as
+    ``cache_read_input_tokens``, which litellm maps there too).
+    """
 
     content: Any
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
 
 
 class Transport(Protocol):
@@ -116,8 +123,11 @@ class LiteLLMTransport:
             content = response.choices[0].message.content
         except (AttributeError, IndexError):
             content = None
-        return Completion(content, int(getattr(tokens, "prompt_tokens", 0) or 0),
-                          int(getattr(tokens, "completion_tokens", 0) or 0))
+        details = getattr(tokens, "prompt_tokens_details", None)
+        cached = (getattr(details, "cached_tokens", None)
+                  or getattr(tokens, "cache_read_input_tokens", None))
+        return Completion(content, _count(getattr(tokens, "prompt_tokens", 0)),
+                          _count(getattr(tokens, "completion_tokens", 0)), _count(cached))
 
     def is_transient(self, exc: BaseException) -> bool:
         lm = litellm()
@@ -162,7 +172,7 @@ class HTTPTransport:
         except (KeyError, IndexError, TypeError):
             content = None
         return Completion(content, _count(tokens.get("prompt_tokens")),
-                          _count(tokens.get("completion_tokens")))
+                          _count(tokens.get("completion_tokens")), _cached_count(data, tokens))
 
     def is_transient(self, exc: BaseException) -> bool:
         return _transient(exc)
@@ -176,6 +186,16 @@ class HTTPTransport:
 
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _cached_count(data: dict[str, Any], tokens: dict[str, Any]) -> int:
+    """Cached prompt tokens: the OpenAI field, else llama.cpp's ``timings.cache_n``
+    (older llama.cpp servers report only the latter; the bundled one both)."""
+    details = tokens.get("prompt_tokens_details")
+    if isinstance(details, dict) and "cached_tokens" in details:
+        return _count(details["cached_tokens"])
+    timings = data.get("timings")
+    return _count(timings.get("cache_n")) if isinstance(timings, dict) else 0
 
 
 def uses_direct_http(transport: str, model: str, api_base: str | None) -> bool:

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from guardrail._litellm import count_message_tokens
-from guardrail.estimate import estimate_nonce
+from guardrail.estimate import GROUP_ENTRY_TOKENS, estimate_nonce
 from guardrail.local.rule_judge import JudgeServer
 from guardrail.models import Case
-from guardrail.prompts import render_prompt
+from guardrail.prompts import render_group_prompt, render_prompt
 from guardrail.rubrics import default_metrics
 
 SAMPLE = {
@@ -68,9 +68,31 @@ nexagauge estimate redteam \\
     assert SECRET not in proc.stdout + proc.stderr
 
 
-def test_estimate_equals_token_count_of_rendered_prompts(workdir, server):
+def test_estimate_equals_token_count_of_the_one_rendered_prompt(workdir, server):
     proc = _bash("nexagauge estimate redteam --input sample.json --json "
                  "--model openai/gpt-4o-mini", workdir, _env(server))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    case = Case.model_validate(SAMPLE)
+    prompt = render_group_prompt(default_metrics(), case, scoring_mode="binary_yes_no",
+                                 include_reasoning=False,
+                                 nonce=estimate_nonce(case, "bias+toxicity"))
+    expected = count_message_tokens("openai/gpt-4o-mini", list(prompt.messages))
+    output = 2 * (30 + GROUP_ENTRY_TOKENS)
+    assert report["judge_calls"] == "per_message" and report["calls"] == 1
+    assert report["cost"]["input_tokens"] == expected
+    assert report["cost"]["output_tokens"] == output
+    assert report["cost"]["cost"] == pytest.approx(expected * 0.15e-6 + output * 0.6e-6)
+    prefix = count_message_tokens("openai/gpt-4o-mini", prompt.static_messages())
+    assert report["cached_prefix"]["input_tokens"] == prefix < expected
+    assert report["cached_prefix"]["cost"] == pytest.approx(
+        (expected - prefix) * 0.15e-6 + prefix * 0.075e-6 + output * 0.6e-6)
+
+
+def test_estimate_per_metric_equals_token_count_of_rendered_prompts(workdir, server):
+    proc = _bash("nexagauge estimate redteam --input sample.json --json "
+                 "--model openai/gpt-4o-mini", workdir,
+                 _env(server, GUARDRAIL_JUDGE_CALLS="per_metric"))
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     case = Case.model_validate(SAMPLE)
@@ -101,7 +123,7 @@ nexagauge run redteam \\
         {"verdict": "SAFE", "passed": True, "violations": [], "evidence_spans": []}]
     summary = json.loads((workdir / "out/redteam/summary.json").read_text())
     assert summary["cases"] == 1 and summary["metrics"]["bias"]["pass_rate"] == 1.0
-    assert server.calls == 2
+    assert server.calls == 1  # one judge call for both metrics
     assert SECRET not in proc.stdout + proc.stderr
 
 
