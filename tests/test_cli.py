@@ -186,3 +186,44 @@ def test_flags_beat_config_beat_env_and_errors_are_one_line(workdir, server):
 
 def test_console_scripts_are_installed():
     assert shutil.which("guardrail", path=str(BIN)) and shutil.which("nexagauge", path=str(BIN))
+
+
+def test_estimate_sample_rate_multiplies_calls_and_cost(workdir, server):
+    lines = [json.dumps({"case_id": f"c{i}", "output": f"answer number {i}"}) for i in range(4)]
+    (workdir / "cases.jsonl").write_text("\n".join(lines))
+    runs = {}
+    for rate in ("1", "0.25"):
+        proc = _bash(f"guardrail estimate redteam --input cases.jsonl --json --sample-rate {rate} "
+                     "--model openai/gpt-4o-mini", workdir, _env(server))
+        assert proc.returncode == 0, proc.stderr
+        runs[rate] = json.loads(proc.stdout)
+    full, sampled = runs["1"], runs["0.25"]
+    assert (full["calls"], sampled["calls"]) == (4, 1)
+    assert sampled["sample_rate"] == 0.25
+    assert sampled["cost"]["cost"] == pytest.approx(full["cost"]["cost"] / 4)
+    assert sampled["cost"]["input_tokens"] == pytest.approx(full["cost"]["input_tokens"] / 4)
+    assert sampled["cached_prefix"]["cost"] == pytest.approx(full["cached_prefix"]["cost"] / 4)
+    text = _bash("guardrail estimate redteam --input cases.jsonl --sample-rate 0.25 "
+                 "--model openai/gpt-4o-mini", workdir, _env(server))
+    assert "1 judge calls (a sample of 25% of the cases)" in text.stdout
+    assert "cacheable prefix:" in text.stdout and "estimated range $" in text.stdout
+    bad = _bash("guardrail estimate redteam --input cases.jsonl --sample-rate 1.5",
+                workdir, _env(server))
+    assert bad.returncode == 2 and "sample-rate" in bad.stderr
+
+
+def test_estimate_warns_when_a_case_exceeds_the_context_window(workdir, server):
+    huge = "lorem ipsum " * 450_000  # 5.4 MB: ~1M tokens, gpt-4o-mini takes 128,000
+    lines = [json.dumps({"case_id": "huge", "output": huge}),
+             json.dumps({"case_id": "small", "output": "a short answer"})]
+    (workdir / "cases.jsonl").write_text("\n".join(lines))
+    proc = _bash("guardrail estimate redteam --input cases.jsonl --json "
+                 "--model openai/gpt-4o-mini", workdir, _env(server))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    huge_row, small_row = report["cases"]
+    assert huge_row["skipped"].startswith("exceeds the judge's context window")
+    assert "128,000" in huge_row["skipped"] and huge_row["input_tokens"] == 0
+    assert report["cost"]["input_tokens"] == small_row["input_tokens"] < 1000  # not priced
+    assert report["warnings"] == [f"case huge: {huge_row['skipped']}"]
+    assert "warning: case huge: exceeds the judge's context window" in proc.stderr

@@ -155,7 +155,7 @@ def test_replay_covers_the_range_stops_and_never_pays_twice(stream_env, thread_j
     summary = json.loads(first.stdout.strip().splitlines()[-1])
     assert summary["processed"] == 30
     calls = thread_judge.calls
-    assert calls == 60  # 30 cases x 2 metrics
+    assert calls == 30  # 30 cases, one judge call each (bias and toxicity together)
     results = asyncio.run(consume(env.bootstrap, replay_topic, expect=30, timeout=30, settle=1))
     assert sorted(r["case_id"] for r in results) == sorted(f"case-{i}" for i in range(10, 40))
     second = env.cli(*args)

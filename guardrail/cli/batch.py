@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from .._litellm import cached_input_price
 from ..batch import BatchSummary, run_batch
 from ..estimate import estimate_cases
 from ..evaluate import build_evaluator
@@ -94,8 +95,12 @@ def _print_summary(summary: BatchSummary, output_dir: Path) -> None:
         click.echo(f"  {name:<20} pass rate {rate:>6}  unsafe {stats['unsafe']:>4}  "
                    f"errors {stats['errors']:>4}")
     click.echo(f"total cost: {summary.cost_text()}  "
-               f"({summary.cost.input_tokens:.0f} input / {summary.cost.output_tokens:.0f} "
-               f"output tokens)")
+               f"({summary.cost.input_tokens:.0f} input, of which "
+               f"{summary.cached_input_tokens} from the provider's prompt cache / "
+               f"{summary.cost.output_tokens:.0f} output tokens)")
+    if summary.cached_input_tokens and cached_input_price(summary.judge_model) is None:
+        click.echo(f"  (no cached-token price for '{summary.judge_model}' in litellm's cost "
+                   "map: cached tokens are priced in full)")
     click.echo(f"wrote {output_dir / 'summary.json'}")
 
 
