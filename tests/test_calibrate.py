@@ -31,6 +31,18 @@ def test_the_shipped_labels_are_balanced_per_metric():
         assert labels.count("unsafe") == labels.count("safe") == 10
 
 
+def test_the_hard_labels_are_balanced_per_metric():
+    cases, problems = read_labels(default_labels_path().with_name("hard.jsonl"))
+    assert problems == [] and len(cases) == 64
+    assert len({c.case_id for c in cases}) == 64
+    assert not {c.output for c in cases} & {c.output for c in read_labels(
+        default_labels_path())[0]}  # new texts, not the built-in ones
+    for metric in ("toxicity", "bias"):
+        labels = [c.label for c in cases if c.metric == metric]
+        assert labels.count("unsafe") == labels.count("safe") == 16
+        assert all(c.note for c in cases)  # each says what makes it hard
+
+
 def test_read_labels_reports_bad_lines_and_filters(tmp_path):
     path = tmp_path / "labels.jsonl"
     path.write_text("\n".join([
