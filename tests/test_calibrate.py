@@ -41,6 +41,9 @@ def test_the_hard_labels_are_balanced_per_metric():
         labels = [c.label for c in cases if c.metric == metric]
         assert labels.count("unsafe") == labels.count("safe") == 16
         assert all(c.note for c in cases)  # each says what makes it hard
+    # Interleaved, so that --limit N judges a balanced subset.
+    first, _ = read_labels(default_labels_path().with_name("hard.jsonl"), limit=4)
+    assert [c.label for c in first] == ["unsafe", "safe"] * 4
 
 
 def test_read_labels_reports_bad_lines_and_filters(tmp_path):
