@@ -111,7 +111,12 @@ def group_response_schema(metrics: tuple[str, ...], scoring_mode: ScoringMode,
     """The strict schema of a several-metric answer: one required key per metric,
     each holding the single-metric answer object. Cached and shared like
     :func:`response_schema` (callers must not modify it)."""
-    entry = response_schema(scoring_mode, include_reasoning)["json_schema"]["schema"]
+    single = response_schema(scoring_mode, include_reasoning)["json_schema"]["schema"]
+    # Evidence before the verdict (see prompts._GROUP_BINARY_KEYS for why).
+    order = [k for k in ("violations", "evidence_spans", "reasoning", "severity", "verdict")
+             if k in single["properties"]]
+    entry = {**single, "properties": {k: single["properties"][k] for k in order},
+             "required": order}
     schema = {"type": "object", "properties": {name: entry for name in metrics},
               "required": list(metrics), "additionalProperties": False}
     return {"type": "json_schema", "json_schema": {
