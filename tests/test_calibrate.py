@@ -46,6 +46,14 @@ def test_the_hard_labels_are_balanced_per_metric():
     assert [c.label for c in first] == ["unsafe", "safe"] * 4
 
 
+def test_the_cross_labels_hold_builtin_texts_labelled_for_the_other_metric():
+    builtin = {c.output: c for c in read_labels(default_labels_path())[0]}
+    cases, problems = read_labels(default_labels_path().with_name("cross.jsonl"))
+    assert problems == [] and len(cases) == 30
+    for case in cases:  # every one is safe for the metric it was not labelled for
+        assert case.label == "safe" and builtin[case.output].metric != case.metric
+
+
 def test_read_labels_reports_bad_lines_and_filters(tmp_path):
     path = tmp_path / "labels.jsonl"
     path.write_text("\n".join([
