@@ -163,7 +163,7 @@ class LLMJudge:
         metrics, usage = prompt.metrics, Usage()
         messages = list(prompt.messages)
         text = await self._complete(messages, group_response_schema(
-            metrics, scoring_mode, include_reasoning), usage)
+            metrics, scoring_mode, include_reasoning), usage, metrics=len(metrics))
         answers = self._parse_group(text, metrics, scoring_mode, include_reasoning, prompt)
         shares = dict(zip(metrics, usage.split(len(metrics))))
         failed = tuple(m for m in metrics if isinstance(answers[m], JudgeAnswerError))
@@ -173,7 +173,7 @@ class LLMJudge:
             repair = Usage()
             try:
                 text = await self._complete(messages, group_response_schema(
-                    failed, scoring_mode, include_reasoning), repair)
+                    failed, scoring_mode, include_reasoning), repair, metrics=len(failed))
                 again = self._parse_group(text, failed, scoring_mode, include_reasoning, prompt)
             except JudgeError as exc:  # the first answer's valid entries stand
                 again = dict.fromkeys(failed, exc)
@@ -198,14 +198,16 @@ class LLMJudge:
             return dict.fromkeys(metrics, whole)
 
     async def _complete(self, messages: list[dict[str, str]], fmt: dict[str, Any],
-                        usage: Usage) -> str:
+                        usage: Usage, *, metrics: int = 1) -> str:
+        """One answer, retried on transient failures. ``judge_max_tokens`` is a
+        budget per metric: an answer for several metrics may be that much longer."""
         attempts = self._settings.max_retries + 1
         last: BaseException | None = None
         for attempt in range(attempts):
             if attempt:
                 await asyncio.sleep(min(8.0, 0.25 * 2 ** attempt) * (0.5 + random.random()))
             try:
-                return await self._call_once(messages, fmt, usage)
+                return await self._call_once(messages, fmt, usage, metrics)
             except JudgeError:
                 raise
             except Exception as exc:  # classified below; providers raise many types
@@ -216,11 +218,12 @@ class LLMJudge:
             f"judge unavailable after {attempts} attempts: {self._describe(last)}"), usage)
 
     async def _call_once(self, messages: list[dict[str, str]], fmt: dict[str, Any],
-                         usage: Usage) -> str:
+                         usage: Usage, metrics: int = 1) -> str:
         s = self._settings
         async with self._limit:
-            completion = await asyncio.wait_for(
-                self._transport.complete(messages, fmt if s.structured_output else None),
+            completion = await asyncio.wait_for(self._transport.complete(
+                messages, fmt if s.structured_output else None,
+                max_tokens=s.max_tokens * metrics if metrics > 1 else None),
                 timeout=s.timeout + 1.0)
         usage.add(completion.prompt_tokens, completion.completion_tokens, price_tokens(
             s.model, completion.prompt_tokens, completion.completion_tokens,

@@ -64,7 +64,8 @@ class Completion:
 class Transport(Protocol):
     """Send one chat request; classify what went wrong.
 
-    ``complete`` raises whatever its client raises; ``is_transient`` says
+    ``complete`` raises whatever its client raises (``max_tokens`` None: the
+    setting's; a call for several metrics asks for more); ``is_transient`` says
     whether a retry may help (429, 5xx, timeouts, dropped connections) and
     ``is_outage`` whether the judge as a whole is unusable (wrong key, unknown
     model or endpoint), as opposed to this one request failing.
@@ -73,7 +74,7 @@ class Transport(Protocol):
     name: str
 
     async def complete(self, messages: Messages, response_format: dict[str, Any] | None,
-                       ) -> Completion: ...
+                       max_tokens: int | None = None) -> Completion: ...
 
     def is_transient(self, exc: BaseException) -> bool: ...
 
@@ -103,11 +104,11 @@ class LiteLLMTransport:
         self._settings = settings
 
     async def complete(self, messages: Messages, response_format: dict[str, Any] | None,
-                       ) -> Completion:
+                       max_tokens: int | None = None) -> Completion:
         s = self._settings
         kwargs: dict[str, Any] = {
             "model": s.model, "messages": messages, "temperature": s.temperature,
-            "max_tokens": s.max_tokens, "timeout": s.timeout,
+            "max_tokens": max_tokens or s.max_tokens, "timeout": s.timeout,
             # Retries are the judge's (with backoff and outage detection), not the SDK's.
             "num_retries": 0, "max_retries": 0, "drop_params": True,
         }
@@ -155,12 +156,12 @@ class HTTPTransport:
         self._client = OpenAICompatibleClient(str(settings.api_base), api_key=key)
 
     async def complete(self, messages: Messages, response_format: dict[str, Any] | None,
-                       ) -> Completion:
+                       max_tokens: int | None = None) -> Completion:
         s = self._settings
         body: dict[str, Any] = {
             # The provider prefix is litellm's routing, not the server's model name.
             "model": s.model.split("/", 1)[1], "messages": messages,
-            "temperature": s.temperature, "max_tokens": s.max_tokens,
+            "temperature": s.temperature, "max_tokens": max_tokens or s.max_tokens,
         }
         if response_format is not None:
             body["response_format"] = response_format

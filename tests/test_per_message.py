@@ -255,3 +255,10 @@ async def test_a_case_metric_set_with_one_metric_still_uses_the_group_answer(
     results = await evaluator.evaluate_together(Case(output="x"), (only,), config)
     assert [r.name for r in results] == ["tone"] and results[0].error is None
     assert _schema_keys(judge_server.requests[0]) == ["tone"]
+
+
+async def test_max_tokens_is_a_budget_per_metric(judge_server, make_settings, evaluators):
+    evaluator = evaluators(make_settings(judge_max_tokens=100))
+    await evaluator.evaluate(Case.model_validate(
+        {"output": "x", "redteam": {"metrics": [PII]}}))
+    assert judge_server.requests[0]["max_tokens"] == 300  # three metrics in the call
