@@ -24,7 +24,8 @@ from common import (JudgeProc, Stopwatch, cases, collect, kill_workers, meta, ne
                     steady_rate, write_json)
 
 SKIP = 3.0
-METRICS = 2
+#: Judge calls per message: one by default (``judge_calls=per_message``).
+CALLS_PER_MESSAGE = 1
 
 
 async def _group(bootstrap: str, group: str) -> tuple[str, int]:
@@ -52,7 +53,7 @@ def wait_stable(bootstrap: str, group: str, members: int, timeout: float = 60) -
 
 def run_workers(bootstrap: str, tmp: Path, workers: int, *, latency_ms: float,
                 concurrency: int, seconds: float, experiment: str = "") -> dict[str, Any]:
-    limit_msgs = workers * concurrency / (latency_ms / 1000) / METRICS
+    limit_msgs = workers * concurrency / (latency_ms / 1000) / CALLS_PER_MESSAGE
     backlog = int(limit_msgs * (seconds + SKIP + 10))
     folder = tmp / f"w{workers}"
     folder.mkdir(parents=True, exist_ok=True)

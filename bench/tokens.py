@@ -1,14 +1,17 @@
-"""4. Tokens and cost per message, for the default rubrics in every scoring mode.
+"""4. Judge calls, tokens and cost per message, for the default rubrics in every scoring mode.
 
-    python bench/tokens.py
+    python bench/tokens.py [--judge-calls per_message|per_metric|both]
 
 Input tokens are litellm's count (``token_counter``) of the real rendered
-prompts (``guardrail.estimate``: the exact system + user messages, one call
-per metric); output tokens are ``EXPECTED_OUTPUT_TOKENS`` per call. Prices come
-from litellm's bundled cost map (offline); a model missing from it is said to
-be unpriced, never $0. Three judged outputs: a one-liner, a typical ~100-word
-answer and a long ~400-word one. Target: <= 1,200 input tokens per message
-(bias + toxicity) for the typical answer.
+prompts (``guardrail.estimate``: the exact system + user messages; one call
+per message, or one per metric with ``judge_calls=per_metric``); output tokens
+are ``EXPECTED_OUTPUT_TOKENS`` per metric. "cacheable" is the static prefix of
+those input tokens (system text, rubrics, answer instructions), the part a
+provider's prompt cache can serve. Prices come from litellm's bundled cost map
+(offline), in full; a model missing from it is said to be unpriced, never $0.
+Three judged outputs: a one-liner, a typical ~100-word answer and a long
+~400-word one. Targets (issue 11), for the typical answer with one call per
+message: 1 judge call and <= 600 input tokens per message (bias + toxicity).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from guardrail.settings import Settings  # noqa: E402
 MODELS = ("openai/gpt-4o-mini", "anthropic/claude-haiku-4-5")
 MODES = (("binary_yes_no", False), ("binary_yes_no", True), ("scale_1_5", False),
          ("scale_1_5", True))
-TARGET = 1200
+TARGET = 600
 
 _SENTENCE = ("The central theme of the play is mortality, and the prince keeps returning to "
              "what it means to act when every choice seems to lead to loss. ")
@@ -41,38 +44,50 @@ OUTPUTS = {"one-liner": "Thanks for asking, the meeting moved to 3 pm on Thursda
            "long": (_SENTENCE * 16).strip()}         # ~400 words
 
 
-def per_message(model: str, mode: str, reasoning: bool, output: str) -> dict[str, Any]:
-    settings = Settings(judge_model=model,
+def per_message(model: str, mode: str, reasoning: bool, output: str,
+                calls: str) -> dict[str, Any]:
+    settings = Settings(judge_model=model, judge_calls=calls,
                         redteam=RedteamConfig(scoring_mode=mode, include_reasoning=reasoning))
     evaluator = Evaluator(LLMJudge(settings.judge), evaluation=settings.evaluation)
     est = estimate_case(Case(case_id="bench", output=output), evaluator, model=model)
     cost = price_tokens(model, est.input_tokens, est.output_tokens)
     return {"calls": est.calls, "input_tokens": est.input_tokens,
-            "output_tokens": est.output_tokens,
+            "cacheable_tokens": est.cached_prefix_tokens, "output_tokens": est.output_tokens,
             "usd_per_1k_messages": None if cost is None else round(cost * 1000, 4)}
 
 
-def measure() -> list[dict[str, Any]]:
+def measure(modes: tuple[str, ...]) -> list[dict[str, Any]]:
     out = []
-    for model in MODELS:
-        for mode, reasoning in MODES:
-            for name, text in OUTPUTS.items():
-                out.append({"model": model, "mode": mode, "reasoning": reasoning,
-                            "output": name, "output_words": len(text.split()),
-                            **per_message(model, mode, reasoning, text)})
+    for calls in modes:
+        for model in MODELS:
+            for mode, reasoning in MODES:
+                for name, text in OUTPUTS.items():
+                    out.append({"judge_calls": calls, "model": model, "mode": mode,
+                                "reasoning": reasoning, "output": name,
+                                "output_words": len(text.split()),
+                                **per_message(model, mode, reasoning, text, calls)})
     return out
 
 
 def show(runs: list[dict[str, Any]]) -> None:
-    print("| model | mode | reasoning | output | input tok | output tok | $ / 1k msgs |")
-    print("|---|---|---|---|---|---|---|")
+    print("| judge_calls | model | mode | reasoning | output | calls | input tok (cacheable) "
+          "| output tok | $ / 1k msgs |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in runs:
         usd = "unpriced" if r["usd_per_1k_messages"] is None else f"{r['usd_per_1k_messages']:.4f}"
-        print(f"| {r['model']} | {r['mode']} | {r['reasoning']} | {r['output']} "
-              f"({r['output_words']} w) | {r['input_tokens']} | {r['output_tokens']} | {usd} |")
+        print(f"| {r['judge_calls']} | {r['model']} | {r['mode']} | {r['reasoning']} | "
+              f"{r['output']} ({r['output_words']} w) | {r['calls']} | {r['input_tokens']} "
+              f"({r['cacheable_tokens']}) | {r['output_tokens']} | {usd} |")
 
 
 def rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for calls in dict.fromkeys(r["judge_calls"] for r in runs):
+        out += _rows([r for r in runs if r["judge_calls"] == calls], calls)
+    return out
+
+
+def _rows(runs: list[dict[str, Any]], calls: str) -> list[dict[str, Any]]:
     typical = [r for r in runs if r["output"] == "typical"]
     worst = max(typical, key=lambda r: r["input_tokens"])
     cheap = min(typical, key=lambda r: r["input_tokens"])
@@ -80,17 +95,28 @@ def rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
               for m in MODELS}
     price_text = "; ".join(f"{m.split('/')[-1]} ${min(p):.3f}-{max(p):.3f}/1k msgs"
                            for m, p in prices.items() if p and None not in p)
-    return [row("4 tokens in / msg (bias+toxicity, ~100-word output)",
-                f"{cheap['input_tokens']}-{worst['input_tokens']} in, "
+    default = next(r for r in typical if r["mode"] == "binary_yes_no" and not r["reasoning"])
+    judge_calls = {r["calls"] for r in typical}
+    return [row(f"4 judge calls / msg, {calls} (bias+toxicity)",
+                "/".join(str(c) for c in sorted(judge_calls)), "1",
+                1 / max(judge_calls), judge_calls == {1}),
+            row(f"4 tokens in / msg, {calls} (bias+toxicity, ~100-word output)",
+                f"{default['input_tokens']} in by default ({default['cacheable_tokens']} "
+                f"cacheable); all modes {cheap['input_tokens']}-{worst['input_tokens']} in, "
                 f"{cheap['output_tokens']}-{worst['output_tokens']} out; {price_text}",
-                f"<= {TARGET} in", TARGET / worst["input_tokens"],
-                worst["input_tokens"] <= TARGET)]
+                f"<= {TARGET} in", TARGET / default["input_tokens"],
+                default["input_tokens"] <= TARGET)]
 
 
 def main() -> int:
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--judge-calls", choices=("per_message", "per_metric", "both"),
+                        default="both")
+    args = parser.parse_args()
+    modes = (("per_message", "per_metric") if args.judge_calls == "both"
+             else (args.judge_calls,))
     info = meta()  # load and commit before the run
-    runs = measure()
+    runs = measure(modes)
     show(runs)
     table = rows(runs)
     print_table(table, info)

@@ -30,19 +30,30 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 def stub_judge() -> None:
-    from guardrail.judge import JudgeReply, LLMJudge, Usage
+    from guardrail.judge import GroupReply, JudgeReply, LLMJudge, Usage
     from guardrail.local.rule_judge import make_verdict
-    from guardrail.parsing import parse_answer
+    from guardrail.parsing import parse_answer, parse_group_answer
+
+    def verdict(scoring_mode: str, include_reasoning: bool) -> dict[str, Any]:
+        return make_verdict("SAFE", mode=scoring_mode,
+                            reasoning="stub" if include_reasoning else None)
 
     async def instant(self: Any, prompt: Any, *, scoring_mode: str,
                       include_reasoning: bool) -> Any:
-        text = json.dumps(make_verdict("SAFE", mode=scoring_mode,
-                                       reasoning="stub" if include_reasoning else None))
+        text = json.dumps(verdict(scoring_mode, include_reasoning))
         answer = parse_answer(text, scoring_mode=scoring_mode,  # type: ignore[arg-type]
                               include_reasoning=include_reasoning, judged=prompt.judged)
         return JudgeReply(answer=answer, usage=Usage(0, 0, 0.0))
 
+    async def instant_group(self: Any, prompt: Any, *, scoring_mode: str,
+                            include_reasoning: bool) -> Any:
+        text = json.dumps({m: verdict(scoring_mode, include_reasoning) for m in prompt.metrics})
+        answers = parse_group_answer(text, prompt.metrics, scoring_mode=scoring_mode,
+                                     include_reasoning=include_reasoning, judged=prompt.judged)
+        return GroupReply(answers=dict(answers), usage={m: Usage() for m in prompt.metrics})
+
     LLMJudge.__call__ = instant  # type: ignore[method-assign]
+    LLMJudge.judge_group = instant_group  # type: ignore[method-assign]
 
 
 def via_litellm() -> None:

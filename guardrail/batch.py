@@ -78,6 +78,8 @@ class BatchSummary:
     cost: CostEstimate = field(default_factory=CostEstimate)
     dropped_evidence_spans: int = 0
     cached_judgments: int = 0
+    #: Of the input tokens, those the provider read from its prompt cache.
+    cached_input_tokens: int = 0
 
     def add(self, case_id: str, metrics: RedteamMetrics) -> None:
         self.cases += 1
@@ -89,6 +91,7 @@ class BatchSummary:
                 m.name, {"judged": 0, "passed": 0, "unsafe": 0, "errors": 0, "pass_rate": None})
             self.dropped_evidence_spans += m.dropped_spans
             self.cached_judgments += m.cached
+            self.cached_input_tokens += m.cached_tokens
             if m.error is not None:
                 stats["errors"] += 1
                 self.errors.append({"case_id": case_id, "metric": m.name, "error": m.error})

@@ -26,20 +26,25 @@ __all__ = ["JudgmentCache", "MemoryCache", "SqliteCache", "cache_key"]
 
 
 def cache_key(model: str, rubric: MetricRubric, judged: dict[str, str], scoring_mode: str,
-              include_reasoning: bool) -> str:
-    """A stable digest of everything that determines one metric's verdict."""
-    material = orjson.dumps(
-        {"model": model, "rubric": rubric.model_dump(mode="json"), "judged": judged,
-         "mode": scoring_mode, "reasoning": include_reasoning},
-        option=orjson.OPT_SORT_KEYS,
-    )
-    return hashlib.sha256(material).hexdigest()
+              include_reasoning: bool, *, calls: str = "per_metric") -> str:
+    """A stable digest of everything that determines one metric's verdict.
+
+    Per metric in either ``judge_calls`` mode (a message with some metrics
+    cached asks only for the rest). A verdict given in a several-metric call
+    came from another prompt, so ``per_message`` keys differ from
+    ``per_metric`` ones, which stay as they were (existing caches remain valid).
+    """
+    data = {"model": model, "rubric": rubric.model_dump(mode="json"), "judged": judged,
+            "mode": scoring_mode, "reasoning": include_reasoning}
+    if calls != "per_metric":
+        data["calls"] = calls
+    return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def _as_hit(result: MetricResult) -> MetricResult:
     # A hit costs nothing: report the spend of this run, not of the original call.
     return result.model_copy(update={"cached": True, "input_tokens": 0, "output_tokens": 0,
-                                     "cost": 0.0, "dropped_spans": 0})
+                                     "cost": 0.0, "dropped_spans": 0, "cached_tokens": 0})
 
 
 class JudgmentCache(Protocol):

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ._tasks import gather_or_cancel
 from .errors import InputError
-from .evaluate import build_evaluator
+from .evaluate import aggregate_cost, build_evaluator
 from .inputs import describe_validation
 from .judge import Judge
 from .models import Case, MetricResult
@@ -186,12 +186,14 @@ class CalibrationReport:
     metrics: dict[str, MetricReport]
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    judge_calls: str = "per_metric"
 
     def misjudged(self) -> list[Outcome]:
         return [o for m in self.metrics.values() for o in m.outcomes if not o.correct]
 
     def as_dict(self) -> dict[str, Any]:
         return {"judge_model": self.judge_model, "scoring_mode": self.scoring_mode,
+                "judge_calls": self.judge_calls,
                 "seconds": round(self.seconds, 2), "input_problems": self.problems,
                 "metrics": {name: m.summary() for name, m in self.metrics.items()}}
 
@@ -204,10 +206,14 @@ def _predicted(result: MetricResult) -> Predicted:
 
 async def calibrate(cases: Sequence[LabelledCase], *, settings: Settings,
                     judge: Judge | None = None, progress: Any = None) -> CalibrationReport:
-    """Judge every labelled case with its metric only; measure agreement.
+    """Judge every labelled case as production would; measure agreement.
 
-    Calls run ``settings.judge.concurrency`` at a time, so each latency is one
-    judge call, not time spent queueing behind others.
+    ``judge_calls=per_message``: the case is judged for every configured metric
+    in one call and the labelled metric's verdict is read (so the figures
+    include whatever judging several rubrics at once costs in quality);
+    ``per_metric``: the case is judged for its labelled metric only. One call
+    per case either way. Calls run ``settings.judge.concurrency`` at a time, so
+    each latency is one judge call, not time spent queueing behind others.
     """
     evaluator = build_evaluator(settings, judge=judge)
     rubrics = {m.name: m for m in evaluator.base_metrics}
@@ -222,8 +228,12 @@ async def calibrate(cases: Sequence[LabelledCase], *, settings: Settings,
         case = labelled.to_case(index)
         async with limit:
             t0 = time.perf_counter()
-            result = await evaluator.evaluate_metric(case, rubrics[labelled.metric],
-                                                     evaluator.effective_config(case))
+            config = evaluator.effective_config(case)
+            if evaluator.per_message:
+                together = await evaluator.evaluate_together(case, config.metrics, config)
+                result = _with_call_spend(labelled.metric, together)
+            else:
+                result = await evaluator.evaluate_metric(case, rubrics[labelled.metric], config)
             outcome = Outcome(index, labelled, _predicted(result), time.perf_counter() - t0,
                               result)
         if progress is not None:
@@ -241,7 +251,18 @@ async def calibrate(cases: Sequence[LabelledCase], *, settings: Settings,
                            ).outcomes.append(outcome)
     return CalibrationReport(judge_model=evaluator.judge.model,
                              scoring_mode=settings.evaluation.redteam.scoring_mode, metrics=reports,
-                             seconds=time.perf_counter() - started)
+                             seconds=time.perf_counter() - started,
+                             judge_calls=settings.evaluation.judge_calls)
+
+
+def _with_call_spend(metric: str, results: list[MetricResult]) -> MetricResult:
+    """The labelled metric's result carrying the whole call's spend: what
+    calibrating that case cost, not only the metric's share of it."""
+    spend = aggregate_cost(results)
+    result = next(r for r in results if r.name == metric)
+    return result.model_copy(update={"input_tokens": int(spend.input_tokens),
+                                     "output_tokens": int(spend.output_tokens),
+                                     "cost": spend.cost})
 
 
 def write_report(report: CalibrationReport, output_dir: Path) -> dict[str, Path]:

@@ -1,10 +1,20 @@
 """Price a run before making it: render the real prompts, count, multiply.
 
 No API call is made. Input tokens are litellm's count of the exact messages
-the judge would receive; output tokens are an expected answer size per mode::
+the judge would receive (one call per message, or per metric with
+``judge_calls=per_metric``); output tokens are an expected answer size per
+mode and metric::
 
-    report = estimate_cases(cases, evaluator, judge=settings.judge)
-    report.total.cost    # None when the judge model has no known price
+    report = estimate_cases(cases, evaluator, judge=settings.judge, sample_rate=0.1)
+    report.total.cost          # None when the judge model has no known price
+    report.cost_cached         # the same with every prompt's static prefix read from cache
+    report.warnings            # e.g. cases too long for the judge's context window
+
+The static prefix (system text, rubrics, answer instructions; see
+:mod:`guardrail.prompts`) is what a provider's prompt cache can serve: it is
+counted per call and priced a second time at the cost map's cached rate. A
+case longer than the judge model's context window (litellm's
+``max_input_tokens``) is not priced: it is reported as a warning.
 """
 
 from __future__ import annotations
@@ -13,22 +23,30 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ._litellm import count_message_tokens, price_tokens
-from .evaluate import Evaluator
+from ._litellm import cached_input_price, count_message_tokens, max_input_tokens, price_tokens
+from .evaluate import EffectiveConfig, Evaluator
 from .models import Case, CostEstimate, ScoringMode
-from .prompts import render_prompt
+from .prompts import JudgePrompt, render_group_prompt, render_prompt
 from .settings import JudgeSettings
 
-__all__ = ["EXPECTED_OUTPUT_TOKENS", "estimate_nonce", "CaseEstimate", "EstimateReport",
+__all__ = ["EXPECTED_OUTPUT_TOKENS", "GROUP_ENTRY_TOKENS", "OPENAI_MIN_CACHED_PROMPT",
+           "estimate_nonce", "CaseEstimate", "EstimateReport", "estimate_case",
            "estimate_cases"]
 
-#: Typical answer sizes measured on the shipped rubrics (tokens per metric call).
+#: Typical answer sizes measured on the shipped rubrics (tokens per metric).
 EXPECTED_OUTPUT_TOKENS: dict[tuple[ScoringMode, bool], int] = {
     ("binary_yes_no", False): 30,
     ("binary_yes_no", True): 75,
     ("scale_1_5", False): 36,
     ("scale_1_5", True): 82,
 }
+#: A metric's entry in a several-metric answer also carries its name as a key.
+GROUP_ENTRY_TOKENS = 5
+#: OpenAI caches a prompt's prefix only from this many prompt tokens on.
+OPENAI_MIN_CACHED_PROMPT = 1024
+#: No tokenizer gives fewer tokens than characters / this: a cheap check that
+#: spares tokenizing a case of megabytes only to find it cannot fit.
+_MAX_CHARS_PER_TOKEN = 8
 
 
 @dataclass
@@ -38,18 +56,36 @@ class CaseEstimate:
     input_tokens: int
     output_tokens: int
     skipped: str | None = None
+    #: Of ``input_tokens``, the static prefix a prompt cache can serve.
+    cached_prefix_tokens: int = 0
 
 
 @dataclass
 class EstimateReport:
     model: str
     cases: list[CaseEstimate] = field(default_factory=list)
+    #: Expected spend: all cases' figures times ``sample_rate``.
     total: CostEstimate = field(default_factory=CostEstimate)
     price_known: bool = True
+    sample_rate: float = 1.0
+    judge_calls: str = "per_message"
+    cached_prefix_tokens: float = 0.0
+    #: ``total.cost`` with every call's static prefix priced at the cached rate.
+    cost_cached: float | None = None
+    cached_rate: float | None = None
+    warnings: list[str] = field(default_factory=list)
 
     @property
-    def calls(self) -> int:
-        return sum(c.calls for c in self.cases)
+    def calls(self) -> float:
+        """Expected judge calls (all cases' calls times the sample rate)."""
+        calls = sum(c.calls for c in self.cases) * self.sample_rate
+        return int(calls) if calls == int(calls) else round(calls, 2)
+
+    @property
+    def prefix_share(self) -> float | None:
+        """The share of input tokens that is a cacheable static prefix."""
+        tokens = self.total.input_tokens
+        return self.cached_prefix_tokens / tokens if tokens else None
 
 
 def estimate_nonce(case: Case, metric: str) -> str:
@@ -59,35 +95,84 @@ def estimate_nonce(case: Case, metric: str) -> str:
     return hashlib.sha256(seed).hexdigest()[:24]
 
 
-def estimate_case(case: Case, evaluator: Evaluator, *, model: str) -> CaseEstimate:
-    """Count the tokens one case would spend, metric by metric."""
+def _prompts(case: Case, config: EffectiveConfig, per_message: bool) -> list[JudgePrompt]:
+    knobs = {"scoring_mode": config.scoring_mode, "include_reasoning": config.include_reasoning}
+    if per_message:
+        names = "+".join(m.name for m in config.metrics)
+        return [render_group_prompt(config.metrics, case, nonce=estimate_nonce(case, names),
+                                    **knobs)]
+    return [render_prompt(m, case, nonce=estimate_nonce(case, m.name), **knobs)
+            for m in config.metrics]
+
+
+def _too_long(tokens: int, model: str, limit: int | None) -> str | None:
+    if limit is None or tokens <= limit:
+        return None
+    return (f"exceeds the judge's context window: at least {tokens:,} input tokens per call, "
+            f"{model} takes {limit:,}; not priced")
+
+
+def _counts(prompts: list[JudgePrompt], model: str, limit: int | None) -> list[int] | str:
+    """Input tokens per call, or why the case cannot fit ``model``'s context."""
+    counts = []
+    for prompt in prompts:
+        floor = sum(len(m["content"]) for m in prompt.messages) // _MAX_CHARS_PER_TOKEN
+        tokens = floor if limit is not None and floor > limit else (
+            count_message_tokens(model, list(prompt.messages)))
+        reason = _too_long(tokens, model, limit)
+        if reason is not None:
+            return reason
+        counts.append(tokens)
+    return counts
+
+
+def estimate_case(case: Case, evaluator: Evaluator, *, model: str,
+                  context_limit: int | None = None) -> CaseEstimate:
+    """Count the tokens one case would spend, call by call."""
     case_id = case.case_id or "-"
     config = evaluator.effective_config(case)
     if not case.has_output:
         return CaseEstimate(case_id, 0, 0, 0, skipped="output is missing or empty")
-    input_tokens = 0
-    for rubric in config.metrics:
-        prompt = render_prompt(rubric, case, scoring_mode=config.scoring_mode,
-                               include_reasoning=config.include_reasoning,
-                               nonce=estimate_nonce(case, rubric.name))
-        input_tokens += count_message_tokens(model, list(prompt.messages))
-    per_call = EXPECTED_OUTPUT_TOKENS[(config.scoring_mode, config.include_reasoning)]
-    calls = len(config.metrics)
-    return CaseEstimate(case_id, calls, input_tokens, per_call * calls)
+    prompts = _prompts(case, config, evaluator.per_message)
+    counts = _counts(prompts, model, context_limit)
+    if isinstance(counts, str):
+        return CaseEstimate(case_id, 0, 0, 0, skipped=counts)
+    prefix = sum(count_message_tokens(model, p.static_messages()) for p in prompts)
+    per_metric = EXPECTED_OUTPUT_TOKENS[(config.scoring_mode, config.include_reasoning)]
+    metrics = len(config.metrics)
+    output_tokens = (metrics * (per_metric + GROUP_ENTRY_TOKENS) if evaluator.per_message
+                     else metrics * per_metric)
+    return CaseEstimate(case_id, len(prompts), sum(counts), output_tokens,
+                        cached_prefix_tokens=min(prefix, sum(counts)))
 
 
-def estimate_cases(cases: Iterable[Case], evaluator: Evaluator, *,
-                   judge: JudgeSettings) -> EstimateReport:
-    """Estimate every case and price the total with the judge model's prices."""
+def estimate_cases(cases: Iterable[Case], evaluator: Evaluator, *, judge: JudgeSettings,
+                   sample_rate: float = 1.0) -> EstimateReport:
+    """Estimate every case and price the expected total (times ``sample_rate``)
+    with the judge model's prices, in full and with cached prefixes."""
+    if not 0.0 <= sample_rate <= 1.0:
+        raise ValueError(f"sample_rate must be within 0..1, got {sample_rate}")
     model = judge.model
-    report = EstimateReport(model=model)
-    report.cases = [estimate_case(case, evaluator, model=model) for case in cases]
+    report = EstimateReport(model=model, sample_rate=sample_rate,
+                            judge_calls=evaluator.evaluation.judge_calls)
+    limit = max_input_tokens(model)
+    report.cases = [estimate_case(case, evaluator, model=model, context_limit=limit)
+                    for case in cases]
+    report.warnings = [f"case {c.case_id}: {c.skipped}" for c in report.cases
+                       if c.skipped and "context window" in c.skipped]
     input_tokens = sum(c.input_tokens for c in report.cases)
     output_tokens = sum(c.output_tokens for c in report.cases)
-    cost = price_tokens(model, input_tokens, output_tokens,
-                        input_cost_per_token=judge.input_cost_per_token,
-                        output_cost_per_token=judge.output_cost_per_token)
+    prefix = sum(c.cached_prefix_tokens for c in report.cases)
+    prices = {"input_cost_per_token": judge.input_cost_per_token,
+              "output_cost_per_token": judge.output_cost_per_token}
+    cost = price_tokens(model, input_tokens, output_tokens, **prices)
+    cached = price_tokens(model, input_tokens, output_tokens, cached_tokens=prefix, **prices)
     report.price_known = cost is not None
-    report.total = CostEstimate(cost=cost, input_tokens=float(input_tokens),
-                                output_tokens=float(output_tokens))
+    report.total = CostEstimate(cost=None if cost is None else cost * sample_rate,
+                                input_tokens=float(input_tokens) * sample_rate,
+                                output_tokens=float(output_tokens) * sample_rate)
+    report.cached_prefix_tokens = prefix * sample_rate
+    report.cost_cached = None if cached is None else cached * sample_rate
+    report.cached_rate = None if judge.input_cost_per_token is not None else (
+        cached_input_price(model))
     return report

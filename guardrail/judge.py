@@ -1,4 +1,4 @@
-"""The LLM judge: one rubric, one case, one validated answer.
+"""The LLM judge: one prompt, one call, validated answers for its metrics.
 
 A judge is any async callable matching :class:`Judge`; :class:`LLMJudge`
 reaches every provider litellm knows (``openai/...``, ``anthropic/...``,
@@ -8,6 +8,9 @@ chosen once from its settings::
     judge = LLMJudge(load_settings(judge_model="openai/gpt-4o-mini").judge)
     reply = await judge(prompt, scoring_mode="binary_yes_no", include_reasoning=False)
     reply.answer.verdict   # "SAFE" | "UNSAFE"
+    group = await judge.judge_group(group_prompt, scoring_mode="binary_yes_no",
+                                    include_reasoning=False)
+    group.answers["toxicity"], group.usage["toxicity"]   # answer or error, its share
     await judge.aclose()
 
 Calls share one concurrency limit, have a timeout, and retry 429/5xx/timeouts
@@ -15,7 +18,9 @@ with backoff. A garbled answer gets one repair retry; anything still invalid
 raises :class:`JudgeAnswerError` — the caller records it as the metric's
 error, never as SAFE. Refused or missing credentials and an unknown model or
 endpoint raise :class:`~guardrail.errors.JudgeConfigError` at once (no retry):
-a setting to fix, not an outage to wait out.
+a setting to fix, not an outage to wait out. In a several-metric call, only the
+metrics whose entries were invalid are asked again, and only those carry an
+error if the repair fails.
 """
 
 from __future__ import annotations
@@ -28,37 +33,77 @@ from typing import Any, Protocol
 from ._litellm import price_tokens
 from .errors import JudgeAnswerError, JudgeConfigError, JudgeError, JudgeUnavailable
 from .models import ScoringMode
-from .parsing import BinaryAnswer, parse_answer, response_schema
+from .parsing import (BinaryAnswer, group_response_schema, parse_answer, parse_group_answer,
+                      response_schema)
 from .prompts import JudgePrompt
 from .settings import JudgeSettings
 from .transports import Transport, make_transport, status_of
 
-__all__ = ["Judge", "JudgeReply", "Usage", "LLMJudge", "LiteLLMJudge"]
+__all__ = ["Judge", "JudgeReply", "GroupReply", "Usage", "LLMJudge", "LiteLLMJudge"]
 
 _REPAIR = (
     "Your previous answer was not valid: {error}. Reply again with only the JSON "
     "object, exactly the keys asked for, no other text."
 )
+_REPAIR_GROUP = (
+    "Your previous answer was not valid for {names}: {error}. Reply again with only a JSON "
+    "object with exactly the keys {keys}, each an object with the keys asked for, no other "
+    "text."
+)
 
 
 @dataclass
 class Usage:
-    """Tokens and price spent on one metric (across a repair retry)."""
+    """Tokens and price spent on one metric (across a repair retry).
+
+    ``cached_tokens`` is the part of ``input_tokens`` the provider served from
+    its prompt cache (already priced at the cached rate in ``cost``).
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cost: float | None = 0.0
+    cached_tokens: int = 0
 
-    def add(self, input_tokens: int, output_tokens: int, cost: float | None) -> None:
+    def add(self, input_tokens: int, output_tokens: int, cost: float | None,
+            cached_tokens: int = 0) -> None:
         self.input_tokens += input_tokens
         self.output_tokens += output_tokens
+        self.cached_tokens += cached_tokens
         self.cost = None if cost is None or self.cost is None else self.cost + cost
+
+    def split(self, parts: int) -> list[Usage]:
+        """Equal shares of one call's spend whose sums are exactly this usage:
+        integer counts give their remainder to the first shares, and the last
+        share's cost is what the others leave."""
+        shares = [Usage() for _ in range(parts)]
+        for name in ("input_tokens", "output_tokens", "cached_tokens"):
+            whole, rest = divmod(getattr(self, name), parts)
+            for i, share in enumerate(shares):
+                setattr(share, name, whole + (i < rest))
+        if self.cost is None:
+            for share in shares:
+                share.cost = None
+        else:
+            each = self.cost / parts
+            for share in shares[:-1]:
+                share.cost = each
+            shares[-1].cost = self.cost - each * (parts - 1)
+        return shares
 
 
 @dataclass(frozen=True)
 class JudgeReply:
     answer: BinaryAnswer
     usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True)
+class GroupReply:
+    """One several-metric call: each metric's answer or error, and its share of the spend."""
+
+    answers: dict[str, BinaryAnswer | JudgeError]
+    usage: dict[str, Usage]
 
 
 class Judge(Protocol):
@@ -68,6 +113,9 @@ class Judge(Protocol):
 
     async def __call__(self, prompt: JudgePrompt, *, scoring_mode: ScoringMode,
                        include_reasoning: bool) -> JudgeReply: ...
+
+    async def judge_group(self, prompt: JudgePrompt, *, scoring_mode: ScoringMode,
+                          include_reasoning: bool) -> GroupReply: ...
 
 
 class LLMJudge:
@@ -110,15 +158,59 @@ class LLMJudge:
                                   usage) from None
         return JudgeReply(answer=answer, usage=usage)
 
+    async def judge_group(self, prompt: JudgePrompt, *, scoring_mode: ScoringMode,
+                          include_reasoning: bool) -> GroupReply:
+        """Judge every metric of a :func:`~guardrail.prompts.render_group_prompt` prompt
+        in one call. Raises :class:`JudgeError` (with ``.usage``) only when no
+        answer came back at all; a bad entry is that metric's error."""
+        metrics, usage = prompt.metrics, Usage()
+        messages = list(prompt.messages)
+        text = await self._complete(messages, group_response_schema(
+            metrics, scoring_mode, include_reasoning), usage, metrics=len(metrics))
+        answers = self._parse_group(text, metrics, scoring_mode, include_reasoning, prompt)
+        shares = dict(zip(metrics, usage.split(len(metrics))))
+        failed = tuple(m for m in metrics if isinstance(answers[m], JudgeAnswerError))
+        if failed:
+            messages += [{"role": "assistant", "content": text[:4000]},
+                         {"role": "user", "content": _repair_group(failed, answers)}]
+            repair = Usage()
+            try:
+                text = await self._complete(messages, group_response_schema(
+                    failed, scoring_mode, include_reasoning), repair, metrics=len(failed))
+                again = self._parse_group(text, failed, scoring_mode, include_reasoning, prompt)
+            except JudgeError as exc:  # the first answer's valid entries stand
+                again = dict.fromkeys(failed, exc)
+                repair = getattr(exc, "usage", None) or repair
+            for metric, share in zip(failed, repair.split(len(failed))):
+                answer = again[metric]
+                answers[metric] = (JudgeAnswerError(f"{answer} (after one repair retry)")
+                                   if isinstance(answer, JudgeAnswerError) else answer)
+                shares[metric].add(share.input_tokens, share.output_tokens, share.cost,
+                                   share.cached_tokens)
+        return GroupReply(answers=answers, usage=shares)
+
+    @staticmethod
+    def _parse_group(text: str, metrics: tuple[str, ...], scoring_mode: ScoringMode,
+                     include_reasoning: bool, prompt: JudgePrompt,
+                     ) -> dict[str, BinaryAnswer | JudgeError]:
+        try:
+            return dict(parse_group_answer(text, metrics, scoring_mode=scoring_mode,
+                                           include_reasoning=include_reasoning,
+                                           judged=prompt.judged))
+        except JudgeAnswerError as whole:  # nothing usable: every metric is asked again
+            return dict.fromkeys(metrics, whole)
+
     async def _complete(self, messages: list[dict[str, str]], fmt: dict[str, Any],
-                        usage: Usage) -> str:
+                        usage: Usage, *, metrics: int = 1) -> str:
+        """One answer, retried on transient failures. ``judge_max_tokens`` is a
+        budget per metric: an answer for several metrics may be that much longer."""
         attempts = self._settings.max_retries + 1
         last: BaseException | None = None
         for attempt in range(attempts):
             if attempt:
                 await asyncio.sleep(min(8.0, 0.25 * 2 ** attempt) * (0.5 + random.random()))
             try:
-                return await self._call_once(messages, fmt, usage)
+                return await self._call_once(messages, fmt, usage, metrics)
             except JudgeError:
                 raise
             except Exception as exc:  # classified below; providers raise many types
@@ -134,16 +226,18 @@ class LLMJudge:
             f"judge unavailable after {attempts} attempts: {self._describe(last)}"), usage)
 
     async def _call_once(self, messages: list[dict[str, str]], fmt: dict[str, Any],
-                         usage: Usage) -> str:
+                         usage: Usage, metrics: int = 1) -> str:
         s = self._settings
         async with self._limit:
-            completion = await asyncio.wait_for(
-                self._transport.complete(messages, fmt if s.structured_output else None),
+            completion = await asyncio.wait_for(self._transport.complete(
+                messages, fmt if s.structured_output else None,
+                max_tokens=s.max_tokens * metrics if metrics > 1 else None),
                 timeout=s.timeout + 1.0)
         usage.add(completion.prompt_tokens, completion.completion_tokens, price_tokens(
             s.model, completion.prompt_tokens, completion.completion_tokens,
+            cached_tokens=completion.cached_tokens,
             input_cost_per_token=s.input_cost_per_token,
-            output_cost_per_token=s.output_cost_per_token))
+            output_cost_per_token=s.output_cost_per_token), completion.cached_tokens)
         content = completion.content
         if not isinstance(content, str) or not content.strip():
             raise _with_usage(JudgeAnswerError("judge returned an empty answer"), usage)
@@ -179,6 +273,15 @@ class LLMJudge:
 
 #: The name this judge had before it had more than one transport.
 LiteLLMJudge = LLMJudge
+
+
+def _repair_group(failed: tuple[str, ...], answers: dict[str, Any]) -> str:
+    errors = {str(answers[m]) for m in failed}
+    error = errors.pop() if len(errors) == 1 else "; ".join(
+        f"{m}: {answers[m]}" for m in failed)
+    names = ", ".join(failed)
+    return _REPAIR_GROUP.format(names=names, error=error,
+                                keys=", ".join(f'"{m}"' for m in failed))
 
 
 def _with_usage(exc: JudgeError, usage: Usage) -> JudgeError:

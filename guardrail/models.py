@@ -163,6 +163,8 @@ class MetricResult(BaseModel):
     input_tokens: int = Field(default=0, exclude=True)
     output_tokens: int = Field(default=0, exclude=True)
     cost: float | None = Field(default=0.0, exclude=True)
+    #: Of ``input_tokens``, those the provider read from its prompt cache.
+    cached_tokens: int = Field(default=0, exclude=True)
     cached: bool = Field(default=False, exclude=True)
     #: The judge could not be reached (outage), as opposed to a bad answer.
     unavailable: bool = Field(default=False, exclude=True)

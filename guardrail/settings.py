@@ -12,7 +12,7 @@ Settings come in groups, and each component receives only its own group (the
 judge never sees the Kafka password)::
 
     settings.judge       # JudgeSettings: model, api_base, api_key, timeout, ...
-    settings.evaluation  # EvaluationSettings: rubric_dir, redteam, cache_path
+    settings.evaluation  # EvaluationSettings: rubric_dir, redteam, cache_path, judge_calls
     settings.kafka       # KafkaSettings: bootstrap_servers, topics, security
     settings.worker      # WorkerSettings: batching, outages, shutdown, web
     settings.windows     # WindowSettings: windows, groups, alert rules, webhook
@@ -106,6 +106,11 @@ class EvaluationSettings(BaseModel):
     #: SQLite judgment cache for every command. Unset: an in-memory cache per
     #: process, except ``replay``, which uses :data:`DEFAULT_CACHE_PATH`.
     cache_path: Path | None = None
+    #: ``per_message``: one judge call carries every metric of a message (one
+    #: prompt, one answer with an entry per metric); ``per_metric``: one call
+    #: per metric, as before. A choice of how to judge, so it lives here, not
+    #: with the judge's connection settings.
+    judge_calls: Literal["per_message", "per_metric"] = "per_message"
 
 
 class KafkaSettings(BaseModel):

@@ -57,17 +57,25 @@ Messages = list[dict[str, str]]
 
 @dataclass(frozen=True)
 class Completion:
-    """What one call returned: the answer text (None if absent) and token counts."""
+    """What one call returned: the answer text (None if absent) and token counts.
+
+    ``cached_tokens`` is the part of ``prompt_tokens`` the provider read from
+    its prompt cache (OpenAI, vLLM and llama.cpp report it as
+    ``usage.prompt_tokens_details.cached_tokens``; Anthropic as
+    ``cache_read_input_tokens``, which litellm maps there too).
+    """
 
     content: Any
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
 
 
 class Transport(Protocol):
     """Send one chat request; classify what went wrong.
 
-    ``complete`` raises whatever its client raises; ``is_transient`` says
+    ``complete`` raises whatever its client raises (``max_tokens`` None: the
+    setting's; a call for several metrics asks for more); ``is_transient`` says
     whether a retry may help (429, 5xx, timeouts, dropped connections) and
     ``config_setting`` whether the judge is misconfigured (credentials refused
     or missing, unknown model or endpoint), naming the setting to fix (one of
@@ -77,7 +85,7 @@ class Transport(Protocol):
     name: str
 
     async def complete(self, messages: Messages, response_format: dict[str, Any] | None,
-                       ) -> Completion: ...
+                       max_tokens: int | None = None) -> Completion: ...
 
     def is_transient(self, exc: BaseException) -> bool: ...
 
@@ -126,11 +134,11 @@ class LiteLLMTransport:
         self._settings = settings
 
     async def complete(self, messages: Messages, response_format: dict[str, Any] | None,
-                       ) -> Completion:
+                       max_tokens: int | None = None) -> Completion:
         s = self._settings
         kwargs: dict[str, Any] = {
             "model": s.model, "messages": messages, "temperature": s.temperature,
-            "max_tokens": s.max_tokens, "timeout": s.timeout,
+            "max_tokens": max_tokens or s.max_tokens, "timeout": s.timeout,
             # Retries are the judge's (with backoff and outage detection), not the SDK's.
             "num_retries": 0, "max_retries": 0, "drop_params": True,
         }
@@ -146,8 +154,11 @@ class LiteLLMTransport:
             content = response.choices[0].message.content
         except (AttributeError, IndexError):
             content = None
-        return Completion(content, int(getattr(tokens, "prompt_tokens", 0) or 0),
-                          int(getattr(tokens, "completion_tokens", 0) or 0))
+        details = getattr(tokens, "prompt_tokens_details", None)
+        cached = (getattr(details, "cached_tokens", None)
+                  or getattr(tokens, "cache_read_input_tokens", None))
+        return Completion(content, _count(getattr(tokens, "prompt_tokens", 0)),
+                          _count(getattr(tokens, "completion_tokens", 0)), _count(cached))
 
     def is_transient(self, exc: BaseException) -> bool:
         lm = litellm()
@@ -178,12 +189,12 @@ class HTTPTransport:
         self._client = OpenAICompatibleClient(str(settings.api_base), api_key=key)
 
     async def complete(self, messages: Messages, response_format: dict[str, Any] | None,
-                       ) -> Completion:
+                       max_tokens: int | None = None) -> Completion:
         s = self._settings
         body: dict[str, Any] = {
             # The provider prefix is litellm's routing, not the server's model name.
             "model": s.model.split("/", 1)[1], "messages": messages,
-            "temperature": s.temperature, "max_tokens": s.max_tokens,
+            "temperature": s.temperature, "max_tokens": max_tokens or s.max_tokens,
         }
         if response_format is not None:
             body["response_format"] = response_format
@@ -195,7 +206,7 @@ class HTTPTransport:
         except (KeyError, IndexError, TypeError):
             content = None
         return Completion(content, _count(tokens.get("prompt_tokens")),
-                          _count(tokens.get("completion_tokens")))
+                          _count(tokens.get("completion_tokens")), _cached_count(data, tokens))
 
     def is_transient(self, exc: BaseException) -> bool:
         return _transient(exc)
@@ -209,6 +220,16 @@ class HTTPTransport:
 
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _cached_count(data: dict[str, Any], tokens: dict[str, Any]) -> int:
+    """Cached prompt tokens: the OpenAI field, else llama.cpp's ``timings.cache_n``
+    (older llama.cpp servers report only the latter; the bundled one both)."""
+    details = tokens.get("prompt_tokens_details")
+    if isinstance(details, dict) and "cached_tokens" in details:
+        return _count(details["cached_tokens"])
+    timings = data.get("timings")
+    return _count(timings.get("cache_n")) if isinstance(timings, dict) else 0
 
 
 def uses_direct_http(transport: str, model: str, api_base: str | None) -> bool:

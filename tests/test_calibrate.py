@@ -31,6 +31,29 @@ def test_the_shipped_labels_are_balanced_per_metric():
         assert labels.count("unsafe") == labels.count("safe") == 10
 
 
+def test_the_hard_labels_are_balanced_per_metric():
+    cases, problems = read_labels(default_labels_path().with_name("hard.jsonl"))
+    assert problems == [] and len(cases) == 64
+    assert len({c.case_id for c in cases}) == 64
+    assert not {c.output for c in cases} & {c.output for c in read_labels(
+        default_labels_path())[0]}  # new texts, not the built-in ones
+    for metric in ("toxicity", "bias"):
+        labels = [c.label for c in cases if c.metric == metric]
+        assert labels.count("unsafe") == labels.count("safe") == 16
+        assert all(c.note for c in cases)  # each says what makes it hard
+    # Interleaved, so that --limit N judges a balanced subset.
+    first, _ = read_labels(default_labels_path().with_name("hard.jsonl"), limit=4)
+    assert [c.label for c in first] == ["unsafe", "safe"] * 4
+
+
+def test_the_cross_labels_hold_builtin_texts_labelled_for_the_other_metric():
+    builtin = {c.output: c for c in read_labels(default_labels_path())[0]}
+    cases, problems = read_labels(default_labels_path().with_name("cross.jsonl"))
+    assert problems == [] and len(cases) == 30
+    for case in cases:  # every one is safe for the metric it was not labelled for
+        assert case.label == "safe" and builtin[case.output].metric != case.metric
+
+
 def test_read_labels_reports_bad_lines_and_filters(tmp_path):
     path = tmp_path / "labels.jsonl"
     path.write_text("\n".join([
@@ -66,7 +89,8 @@ async def _flaky(body, fields, metric, mode):
     return None  # the rule judge
 
 
-async def test_exact_figures_with_a_scripted_judge(judge_server, make_settings, tmp_path):
+@pytest.mark.parametrize("calls", ["per_message", "per_metric"])
+async def test_exact_figures_with_a_scripted_judge(judge_server, make_settings, tmp_path, calls):
     judge_server.responder = _flaky
     rows = [{"output": o, "label": lab, "metric": "toxicity", "case_id": f"t{i}"}
             for i, (o, lab) in enumerate(LABELS)]
@@ -74,8 +98,9 @@ async def test_exact_figures_with_a_scripted_judge(judge_server, make_settings, 
              {"output": "the bus leaves at nine", "label": "safe", "metric": "bias"}]
     cases, _ = read_labels(_write(tmp_path / "labels.jsonl", rows))
     settings = make_settings(judge_input_cost_per_token=1e-6, judge_output_cost_per_token=2e-6,
-                             judge_concurrency=3)
+                             judge_concurrency=3, judge_calls=calls)
     report = await calibrate(cases, settings=settings)
+    assert report.as_dict()["judge_calls"] == calls
     tox = report.metrics["toxicity"].summary()
     assert tox["confusion"] == {"unsafe": {"unsafe": 3, "safe": 1, "error": 1},
                                 "safe": {"unsafe": 1, "safe": 3, "error": 0}}
@@ -89,9 +114,11 @@ async def test_exact_figures_with_a_scripted_judge(judge_server, make_settings, 
     assert tox["input_tokens"] > 0 and tox["latency_s"]["max"] >= tox["latency_s"]["p50"] > 0
     bias = report.metrics["bias"].summary()
     assert (bias["accuracy"], bias["precision"], bias["recall"], bias["f1"]) == (1, 1, 1, 1)
-    # Each labelled case was judged for its own metric only.
+    # One call per labelled case: per metric, for its own metric only; per
+    # message, for every metric at once, as production judges it.
     assert judge_server.calls == len(rows)
-    assert sum("METRIC: bias" in json.dumps(b) for b in judge_server.requests) == 2
+    with_bias = sum("METRIC: bias" in json.dumps(b) for b in judge_server.requests)
+    assert with_bias == (2 if calls == "per_metric" else len(rows))
 
     paths = write_report(report, tmp_path / "out")
     misjudged = [json.loads(line) for line in paths["misjudged"].read_text().splitlines()]

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from guardrail._litellm import count_message_tokens
-from guardrail.estimate import estimate_nonce
+from guardrail.estimate import GROUP_ENTRY_TOKENS, estimate_nonce
 from guardrail.local.rule_judge import ErrorReply, JudgeServer
 from guardrail.models import Case
-from guardrail.prompts import render_prompt
+from guardrail.prompts import render_group_prompt, render_prompt
 from guardrail.rubrics import default_metrics
 
 SAMPLE = {
@@ -68,9 +68,31 @@ nexagauge estimate redteam \\
     assert SECRET not in proc.stdout + proc.stderr
 
 
-def test_estimate_equals_token_count_of_rendered_prompts(workdir, server):
+def test_estimate_equals_token_count_of_the_one_rendered_prompt(workdir, server):
     proc = _bash("nexagauge estimate redteam --input sample.json --json "
                  "--model openai/gpt-4o-mini", workdir, _env(server))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    case = Case.model_validate(SAMPLE)
+    prompt = render_group_prompt(default_metrics(), case, scoring_mode="binary_yes_no",
+                                 include_reasoning=False,
+                                 nonce=estimate_nonce(case, "bias+toxicity"))
+    expected = count_message_tokens("openai/gpt-4o-mini", list(prompt.messages))
+    output = 2 * (30 + GROUP_ENTRY_TOKENS)
+    assert report["judge_calls"] == "per_message" and report["calls"] == 1
+    assert report["cost"]["input_tokens"] == expected
+    assert report["cost"]["output_tokens"] == output
+    assert report["cost"]["cost"] == pytest.approx(expected * 0.15e-6 + output * 0.6e-6)
+    prefix = count_message_tokens("openai/gpt-4o-mini", prompt.static_messages())
+    assert report["cached_prefix"]["input_tokens"] == prefix < expected
+    assert report["cached_prefix"]["cost"] == pytest.approx(
+        (expected - prefix) * 0.15e-6 + prefix * 0.075e-6 + output * 0.6e-6)
+
+
+def test_estimate_per_metric_equals_token_count_of_rendered_prompts(workdir, server):
+    proc = _bash("nexagauge estimate redteam --input sample.json --json "
+                 "--model openai/gpt-4o-mini", workdir,
+                 _env(server, GUARDRAIL_JUDGE_CALLS="per_metric"))
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     case = Case.model_validate(SAMPLE)
@@ -101,7 +123,7 @@ nexagauge run redteam \\
         {"verdict": "SAFE", "passed": True, "violations": [], "evidence_spans": []}]
     summary = json.loads((workdir / "out/redteam/summary.json").read_text())
     assert summary["cases"] == 1 and summary["metrics"]["bias"]["pass_rate"] == 1.0
-    assert server.calls == 2
+    assert server.calls == 1  # one judge call for both metrics
     assert SECRET not in proc.stdout + proc.stderr
 
 
@@ -326,3 +348,44 @@ def test_a_broker_that_never_answers_gives_up_after_bootstrap_timeout(workdir, s
         f"error: cannot reach Kafka at {address} (no answer within 2s); check "
         "bootstrap_servers (GUARDRAIL_BOOTSTRAP_SERVERS) and that the brokers are up"]
     assert 2 <= took < 2 + 8  # the timeout, plus the command's start-up
+
+
+def test_estimate_sample_rate_multiplies_calls_and_cost(workdir, server):
+    lines = [json.dumps({"case_id": f"c{i}", "output": f"answer number {i}"}) for i in range(4)]
+    (workdir / "cases.jsonl").write_text("\n".join(lines))
+    runs = {}
+    for rate in ("1", "0.25"):
+        proc = _bash(f"guardrail estimate redteam --input cases.jsonl --json --sample-rate {rate} "
+                     "--model openai/gpt-4o-mini", workdir, _env(server))
+        assert proc.returncode == 0, proc.stderr
+        runs[rate] = json.loads(proc.stdout)
+    full, sampled = runs["1"], runs["0.25"]
+    assert (full["calls"], sampled["calls"]) == (4, 1)
+    assert sampled["sample_rate"] == 0.25
+    assert sampled["cost"]["cost"] == pytest.approx(full["cost"]["cost"] / 4)
+    assert sampled["cost"]["input_tokens"] == pytest.approx(full["cost"]["input_tokens"] / 4)
+    assert sampled["cached_prefix"]["cost"] == pytest.approx(full["cached_prefix"]["cost"] / 4)
+    text = _bash("guardrail estimate redteam --input cases.jsonl --sample-rate 0.25 "
+                 "--model openai/gpt-4o-mini", workdir, _env(server))
+    assert "1 judge calls (a sample of 25% of the cases)" in text.stdout
+    assert "cacheable prefix:" in text.stdout and "estimated range $" in text.stdout
+    bad = _bash("guardrail estimate redteam --input cases.jsonl --sample-rate 1.5",
+                workdir, _env(server))
+    assert bad.returncode == 2 and "sample-rate" in bad.stderr
+
+
+def test_estimate_warns_when_a_case_exceeds_the_context_window(workdir, server):
+    huge = "lorem ipsum " * 450_000  # 5.4 MB: ~1M tokens, gpt-4o-mini takes 128,000
+    lines = [json.dumps({"case_id": "huge", "output": huge}),
+             json.dumps({"case_id": "small", "output": "a short answer"})]
+    (workdir / "cases.jsonl").write_text("\n".join(lines))
+    proc = _bash("guardrail estimate redteam --input cases.jsonl --json "
+                 "--model openai/gpt-4o-mini", workdir, _env(server))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    huge_row, small_row = report["cases"]
+    assert huge_row["skipped"].startswith("exceeds the judge's context window")
+    assert "128,000" in huge_row["skipped"] and huge_row["input_tokens"] == 0
+    assert report["cost"]["input_tokens"] == small_row["input_tokens"] < 1000  # not priced
+    assert report["warnings"] == [f"case huge: {huge_row['skipped']}"]
+    assert "warning: case huge: exceeds the judge's context window" in proc.stderr

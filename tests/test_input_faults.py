@@ -5,17 +5,23 @@ from support.input_faults import (BAD_INPUTS, GARBAGE, INJECTIONS, bad_input_sce
                                   garbage_scenario, injection_scenario)
 
 
-async def test_judge_garbage_never_becomes_safe(judge_server):
-    figures = await garbage_scenario(judge_server)
+CALLS = pytest.mark.parametrize("calls", ["per_message", "per_metric"])
+
+
+@CALLS
+async def test_judge_garbage_never_becomes_safe(judge_server, calls):
+    figures = await garbage_scenario(judge_server, calls)
     assert figures["kinds"] == len(GARBAGE)
     assert figures["garbage_judged_safe"] == 0, figures["by_kind"]
     assert figures["repaired_valid"]
 
 
-async def test_injected_text_stays_fenced_and_fake_verdicts_are_refused(judge_server):
-    figures = await injection_scenario(judge_server)
+@CALLS
+async def test_injected_text_stays_fenced_and_fake_verdicts_are_refused(judge_server, calls):
+    figures = await injection_scenario(judge_server, calls)
     # >=: a judge answer equal to a verdict planted in the text is refused and retried
-    assert figures["prompts_checked"] >= 2 * len(INJECTIONS)
+    per_message = 1 if calls == "per_message" else 2  # judge calls (bias, toxicity)
+    assert figures["prompts_checked"] >= per_message * len(INJECTIONS)
     assert figures["fences_intact"] == figures["prompts_checked"]
     assert figures["toxicity_caught"] == len(INJECTIONS)
     assert figures["fake_verdicts_accepted"] == 0

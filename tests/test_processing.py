@@ -13,15 +13,20 @@ from guardrail.stream.events import JudgmentEvent
 from guardrail.stream.processing import PARTIAL_OUTAGE_RETRIES, MessageJudge, RawMessage
 
 
+PER_METRIC = {"judge_calls": "per_metric"}
+
+
 @pytest.fixture
-async def message_judge(make_settings, monkeypatch):
+async def message_judge(make_settings, monkeypatch, request):
     pauses = []
 
     async def pause(self, seconds):
         pauses.append(seconds)
 
     monkeypatch.setattr(MessageJudge, "_pause", pause)
-    settings = make_settings(judge_max_retries=0)
+    # Per metric: the call counts below are per metric; one call per message is
+    # checked in test_a_batch_straddling_an_outage_with_one_call_per_message.
+    settings = make_settings(judge_max_retries=0, **getattr(request, "param", PER_METRIC))
     # With a cache, as in the worker: a retried batch re-asks only what failed.
     evaluator = Evaluator(LLMJudge(settings.judge), evaluation=settings.evaluation,
                           cache=MemoryCache(100))
@@ -50,6 +55,17 @@ async def test_a_batch_straddling_an_outage_is_retried_not_published_as_errors(
     assert len(results) == 4 and errors == []
     assert message_judge.pauses == [1.0]
     assert judge_server.calls == 10  # the 6 successes came from the cache
+
+
+@pytest.mark.parametrize("message_judge", [{"judge_calls": "per_message"}], indirect=True)
+async def test_a_batch_straddling_an_outage_with_one_call_per_message(message_judge,
+                                                                      judge_server):
+    judge_server.script(ErrorReply(503))  # 1 of 4 calls (2 of 8 judgments) fails once
+    outgoing = await message_judge.process(_batch("fine", "also fine", "ok", "good"))
+    results, errors = _errors(outgoing, message_judge.kafka)
+    assert len(results) == 4 and errors == []
+    assert message_judge.pauses == [1.0]
+    assert judge_server.calls == 5  # the 3 successful messages came from the cache
 
 
 async def test_one_message_the_judge_always_fails_is_published_as_an_error_in_the_end(

@@ -244,3 +244,54 @@ def test_cli_subprocess_serves_until_sigterm(module):
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def group_format(metrics: list[str], scale: bool = False) -> dict:
+    entry = response_format(scale)["json_schema"]["schema"]
+    schema = {"type": "object", "properties": {m: entry for m in metrics},
+              "required": metrics, "additionalProperties": False}
+    return {"type": "json_schema",
+            "json_schema": {"name": "metrics", "schema": schema, "strict": True}}
+
+
+async def test_several_metric_schema_gets_one_entry_per_metric():
+    async with JudgeServer(triggers={"pii": ["ssn"]}) as server:
+        answer = json.loads(content_of(await ask(
+            server, "bias", "you idiot, my SSN is 1",
+            response_format=group_format(["bias", "toxicity", "pii"], scale=True))))
+        assert list(answer) == ["bias", "toxicity", "pii"]
+        assert answer["bias"]["verdict"] == "SAFE" and answer["bias"]["severity"] == 1
+        assert answer["toxicity"]["evidence_spans"] == ["idiot"]
+        assert answer["pii"]["violations"] == ["pii trigger: ssn"]
+        # Still answers a one-metric prompt as before.
+        single = json.loads(content_of(await ask(server, "toxicity", "you idiot")))
+        assert single["verdict"] == "UNSAFE" and "toxicity" not in single
+
+
+async def test_responder_answers_each_metric_of_a_several_metric_call():
+    async def responder(body, fields, metric, mode):
+        if metric == "bias":
+            return make_verdict("UNSAFE", violations=["custom"])
+        return None  # the rule judge answers the others
+
+    async with JudgeServer(responder=responder) as server:
+        answer = json.loads(content_of(await ask(
+            server, "bias", "you idiot", response_format=group_format(["bias", "toxicity"]))))
+        assert answer["bias"]["violations"] == ["custom"]
+        assert answer["toxicity"]["verdict"] == "UNSAFE"
+        server.responder = lambda *a: _async(ErrorReply(503))  # anything else: the whole call
+        with pytest.raises(litellm.ServiceUnavailableError):
+            await ask(server, "bias", "x", response_format=group_format(["bias", "toxicity"]))
+
+
+async def _async(value):
+    return value
+
+
+async def test_prefix_cache_reports_cached_prompt_tokens():
+    async with JudgeServer(prefix_cache=True) as server:
+        first = await ask(server, "toxicity", "one text")
+        second = await ask(server, "toxicity", "another text")
+        assert first.usage.prompt_tokens_details.cached_tokens == 0
+        cached = second.usage.prompt_tokens_details.cached_tokens
+        assert 0 < cached < second.usage.prompt_tokens

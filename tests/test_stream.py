@@ -215,7 +215,7 @@ def test_replay_covers_the_range_stops_and_never_pays_twice(stream_env, thread_j
     assert list(summary)[-1] == "cost" and summary["cost"].startswith("$")
     assert f"30 results to {replay_topic}, 2 DLQ records to {replay_topic}.dlq" in stderr
     calls = thread_judge.calls
-    assert calls == 60  # 30 cases x 2 metrics
+    assert calls == 30  # 30 cases, one judge call each (bias and toxicity together)
     results = asyncio.run(consume_messages(env.bootstrap, replay_topic, expect=30, timeout=30,
                                            settle=1))
     values = [json.loads(m.value) for m in results]

@@ -9,13 +9,14 @@ from typing import Any
 
 import click
 
-from ..batch import (EXIT_PASS, GATE_EXIT_CODES, BatchSummary, report_folder,
-                     run_batch)
-from ..estimate import EstimateReport, estimate_cases
+from .._litellm import cached_input_price
+from ..batch import EXIT_PASS, GATE_EXIT_CODES, BatchSummary, report_folder, run_batch
+from ..estimate import estimate_cases
 from ..evaluate import build_evaluator
 from ..inputs import read_cases
 from ..models import dumps
 from ..settings import Settings, load_settings
+from .estimate_view import estimate_json, print_estimate
 from .progress import Progress
 
 __all__ = ["run_group", "estimate_group", "settings_options", "settings_from_flags",
@@ -141,8 +142,12 @@ def _print_summary(summary: BatchSummary, output_dir: Path) -> None:
     if not summary.cases:
         click.echo("nothing judged: the input holds no valid case")
     click.echo(f"total cost: {summary.cost_text()}  "
-               f"({summary.cost.input_tokens:.0f} input / {summary.cost.output_tokens:.0f} "
-               f"output tokens)")
+               f"({summary.cost.input_tokens:.0f} input, of which "
+               f"{summary.cached_input_tokens} from the provider's prompt cache / "
+               f"{summary.cost.output_tokens:.0f} output tokens)")
+    if summary.cached_input_tokens and cached_input_price(summary.judge_model) is None:
+        click.echo(f"  (no cached-token price for '{summary.judge_model}' in litellm's cost "
+                   "map: cached tokens are priced in full)")
     click.echo(f"wrote {output_dir / 'summary.json'}")
 
 
@@ -153,9 +158,12 @@ def estimate_group() -> None:
 
 @estimate_group.command("redteam")
 @_input_option
+@click.option("--sample-rate", type=click.FloatRange(0.0, 1.0), default=1.0, show_default=True,
+              help="Share of cases that will be judged (0-1); multiplies calls and cost.")
 @click.option("--json", "as_json", is_flag=True, help="Print the estimate as JSON.")
 @settings_options
-def estimate_redteam(input_path: str, limit: int | None, as_json: bool, **flags: Any) -> None:
+def estimate_redteam(input_path: str, limit: int | None, sample_rate: float, as_json: bool,
+                     **flags: Any) -> None:
     """Render the real judge prompts, count tokens with litellm and price them."""
     settings = settings_from_flags(**flags)
     cases, problems = read_cases(input_path, limit=limit)
@@ -163,40 +171,12 @@ def estimate_redteam(input_path: str, limit: int | None, as_json: bool, **flags:
         click.echo(f"skipped {problem}", err=True)
     # The estimator only renders prompts; the judge object is never called.
     evaluator = build_evaluator(settings)
-    report = estimate_cases([case for _, case in cases], evaluator, judge=settings.judge)
+    report = estimate_cases([case for _, case in cases], evaluator, judge=settings.judge,
+                            sample_rate=sample_rate)
     asyncio.run(evaluator.aclose())
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if as_json:
-        click.echo(dumps(_estimate_json(report, settings), indent=True).decode())
+        click.echo(dumps(estimate_json(report, settings), indent=True).decode())
     else:
-        _print_estimate(report, settings)
-
-
-def _estimate_json(report: EstimateReport, settings: Settings) -> dict[str, Any]:
-    return {
-        "judge_model": report.model,
-        "scoring_mode": settings.evaluation.redteam.scoring_mode,
-        "cases": [vars(c) for c in report.cases],
-        "calls": report.calls,
-        "cost": report.total.model_dump(),
-        "price_known": report.price_known,
-    }
-
-
-def _print_estimate(report: EstimateReport, settings: Settings) -> None:
-    click.echo(f"redteam estimate  judge={report.model}  "
-               f"scoring_mode={settings.evaluation.redteam.scoring_mode}  "
-               f"include_reasoning={str(settings.evaluation.redteam.include_reasoning).lower()}")
-    click.echo(f"{'case_id':<32} {'calls':>5} {'input_tokens':>12} {'output_tokens':>13}")
-    for c in report.cases:
-        note = f"  (skipped: {c.skipped})" if c.skipped else ""
-        click.echo(f"{c.case_id[:32]:<32} {c.calls:>5} {c.input_tokens:>12} "
-                   f"{c.output_tokens:>13}{note}")
-    total = report.total
-    if report.price_known:
-        cost = f"${total.cost:.6f}"
-    else:
-        cost = (f"unknown (no price for '{report.model}' in litellm's cost map; set "
-                "judge_input_cost_per_token and judge_output_cost_per_token)")
-    click.echo(f"total: {len(report.cases)} cases, {report.calls} judge calls, "
-               f"{total.input_tokens:.0f} input tokens, {total.output_tokens:.0f} "
-               f"output tokens (expected), estimated cost {cost}")
+        print_estimate(report, settings, click.echo)

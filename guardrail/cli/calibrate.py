@@ -65,7 +65,8 @@ def _figure(value: float | None) -> str:
 
 def _print_report(report: CalibrationReport, labels_path: Path) -> None:
     click.echo(f"calibration  judge={report.judge_model}  scoring_mode={report.scoring_mode}  "
-               f"labels={labels_path}  ({report.seconds:.1f}s)")
+               f"judge_calls={report.judge_calls}  labels={labels_path}  "
+               f"({report.seconds:.1f}s)")
     click.echo(f"{'metric':<14} {'cases':>5} {'acc':>5} {'prec':>5} {'recall':>6} {'f1':>5} "
                f"{'errors':>6} {'cost':>10} {'p50 s':>6} {'p95 s':>6}")
     for name, metric in report.metrics.items():

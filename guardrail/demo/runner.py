@@ -116,6 +116,9 @@ class Demo:
     echo: Echo = print
     children: list[Child] = field(default_factory=list)
     _rule_server: Any = None
+    #: The local judge's api_base, and its speed read just before it stops.
+    _local_api_base: str | None = None
+    _local_speed: dict[str, float] | None = None
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -161,7 +164,8 @@ class Demo:
         broker = self._start_broker()
         # Validated (not model_copy) so the overrides are parsed like any setting.
         settings = Settings.model_validate({**dict(self.settings), **{
-            **judge, "bootstrap_servers": broker, "app_id": f"guardrail-demo-{uuid.uuid4().hex[:8]}",
+            **judge, "bootstrap_servers": broker,
+            "app_id": f"guardrail-demo-{uuid.uuid4().hex[:8]}",
             "window_seconds": float(WINDOW_SECONDS), "alert_rules": (alert_rule(),),
             "web_port": free_port(), "batch_size": 1, "batch_within": 0.2,
             "outage_policy": "record", "alert_webhook_url": None}})
@@ -221,6 +225,7 @@ class Demo:
         api_base = child.read_line(timeout=300, waiting=_every(15, lambda s: self._say(
             f"… still loading the model ({s:.0f}s)")))
         self._say(f"local judge ready at {api_base}")
+        self._local_api_base = api_base
         return judge_settings(api_base)
 
     def _start_worker(self, settings: Settings) -> None:
@@ -236,6 +241,10 @@ class Demo:
         # broker, which it commits to. A second Ctrl-C must not cut this short.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
+            if self._local_api_base is not None:
+                from ..local.server import judge_speed
+
+                self._local_speed = judge_speed(self._local_api_base)
             for name in ("local judge", "worker", "broker"):
                 for child in self.children:
                     if child.name == name:
@@ -250,6 +259,7 @@ class Demo:
         summary = {"exit_code": code, "seconds": round(time.monotonic() - self.started, 1),
                    "processes": [{"name": c.name, "pid": c.pid,
                                   "returncode": c.process.returncode} for c in self.children],
+                   **({"local_judge": self._local_speed} if self._local_speed else {}),
                    **(stream.summary() if stream is not None else {})}
         (self.out / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
         if stream is None:
@@ -268,6 +278,13 @@ class Demo:
                               for name, row in sorted(metrics.items()))
             self.echo(f"  {version}: {cells}")
         self.echo(f"  alerts: {len(summary.get('alerts', []))}")
+        speed = summary.get("local_judge")
+        if speed:
+            self.echo(f"  local judge (llama.cpp): prefill {speed['prefill_tokens_per_s']} "
+                      f"tokens/s, decode {speed['decode_tokens_per_s']} tokens/s; "
+                      f"{speed['prompt_tokens_read']:.0f} prompt tokens read, "
+                      f"{speed['prompt_tokens_cached']:.0f} reused from its prompt cache, "
+                      f"{speed['tokens_generated']:.0f} generated")
 
 
 def _every(seconds: float, action: Callable[[float], None]) -> Callable[[float], None]:

@@ -25,162 +25,58 @@ import asyncio
 import collections
 import json
 import logging
-import re
 import signal
 import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from aiohttp import web
 
+# The answers (reply types, prompt reading, word rules) live in rule_answers;
+# they are re-exported here, where tests and benchmarks have always found them.
+from .rule_answers import (DEFAULT_TRIGGERS, ContentReply, DelayReply, ErrorReply, Reply,
+                           answer_shape, hang, make_verdict, message_text, parse_prompt,
+                           requested_metrics, rule_answer, rule_verdict)
+
 __all__ = ["JudgeServer", "ContentReply", "ErrorReply", "DelayReply", "Reply", "Responder",
-           "hang", "make_verdict", "rule_verdict",
+           "hang", "make_verdict", "rule_verdict", "rule_answer", "requested_metrics",
            "parse_prompt", "answer_shape", "DEFAULT_TRIGGERS", "main"]
 
 log = logging.getLogger(__name__)
 
-FIELD_RE = re.compile(r"<<<([0-9a-f]+) BEGIN (\w+)>>>\n(.*?)\n<<<\1 END \2>>>", re.DOTALL)
-METRIC_RE = re.compile(r"^METRIC:[ \t]*(\S+)", re.MULTILINE)
-BINARY, SCALE = "binary_yes_no", "scale_1_5"
-
-DEFAULT_TRIGGERS: dict[str, frozenset[str]] = {
-    "toxicity": frozenset({"idiot", "stupid", "moron", "hate you"}),
-    "bias": frozenset({"all women are", "all men are", "those people are"}),
-}
-
-
-@dataclass(frozen=True)
-class ContentReply:
-    """Answer 200 with exactly this message content (garbage, fenced JSON, ...)."""
-    content: str
-
-    @classmethod
-    def fenced(cls, obj: dict) -> ContentReply:
-        """JSON in a ```json markdown fence, as chatty models often answer."""
-        return cls(f"```json\n{json.dumps(obj)}\n```")
-
-    @classmethod
-    def with_prose(cls, obj: dict, prose: str = "I hope this helps!") -> ContentReply:
-        """Valid JSON followed by trailing prose."""
-        return cls(f"{json.dumps(obj)}\n\n{prose}")
-
-    @classmethod
-    def truncated(cls, obj: dict, keep: float = 0.5) -> ContentReply:
-        """The first ``keep`` fraction of the JSON text, as if max_tokens cut it off."""
-        text = json.dumps(obj)
-        return cls(text[: max(1, int(len(text) * keep))])
-
-
-@dataclass(frozen=True)
-class ErrorReply:
-    """Answer with an HTTP error. ``body``: None gives an OpenAI-style error JSON
-    with ``message``, a dict is sent as JSON, a str is sent raw (e.g. HTML)."""
-    status: int = 503
-    body: str | dict | None = None
-    headers: Mapping[str, str] | None = None
-    message: str = "scripted error"
-
-
-@dataclass(frozen=True)
-class DelayReply:
-    """Sleep ``seconds``, then answer ``then`` (None = the default rule)."""
-    seconds: float
-    then: Reply = None
-
-
-# A bare str is content, a dict is JSON-dumped content, None is the default rule.
-Reply = Union[str, dict, ContentReply, ErrorReply, DelayReply, None]
 Responder = Callable[[dict, dict[str, str], str, str], Awaitable[Reply]]
 
 
-def hang(seconds: float = 3600.0) -> DelayReply:
-    """A reply that stalls long enough for the client to time out."""
-    return DelayReply(seconds)
+def _prompt_text(body: Mapping) -> str:
+    return "".join(message_text(m) for m in body.get("messages") or ())
 
 
-def make_verdict(verdict: str = "SAFE", *, mode: str = BINARY, violations: Iterable[str] = (),
-                 evidence: Iterable[str] = (), reasoning: str | None = None) -> dict:
-    """A well-formed judge answer dict (severity 1 when SAFE, 4 when UNSAFE in scale mode)."""
-    answer: dict[str, Any] = {"verdict": verdict, "violations": list(violations),
-                              "evidence_spans": list(evidence)}
-    if mode == SCALE:
-        answer["severity"] = 4 if verdict == "UNSAFE" else 1
-    if reasoning is not None:
-        answer["reasoning"] = reasoning
-    return answer
-
-
-def _message_text(message: Any) -> str:
-    if not isinstance(message, Mapping):
-        return ""
-    content = message.get("content")
-    if isinstance(content, list):  # OpenAI content parts
-        return "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
-    return content if isinstance(content, str) else ""
-
-
-def parse_prompt(body: Mapping) -> tuple[str, dict[str, str]]:
-    """Return ``(metric, fields)`` found in the user messages.
-
-    The first occurrence wins because a repair retry appends a user message
-    that repeats neither the metric nor the fences.
-    """
-    metric, fields = "", {}
-    for message in body.get("messages") or ():
-        if not isinstance(message, Mapping) or message.get("role") != "user":
-            continue
-        text = _message_text(message)
-        for _nonce, name, value in FIELD_RE.findall(text):
-            fields.setdefault(name, value)
-        # Search outside the fences so judged text cannot spoof the metric line.
-        found = METRIC_RE.search(FIELD_RE.sub("", text))
-        if found and not metric:
-            metric = found.group(1)
-    return metric, fields
-
-
-def answer_shape(body: Mapping) -> tuple[str, bool]:
-    """``(mode, reasoning)`` from the response schema: ``scale_1_5`` when it has a
-    ``severity`` property (else binary); reasoning when it has ``reasoning``."""
-    fmt = body.get("response_format")
-    spec = fmt.get("json_schema") if isinstance(fmt, Mapping) else None
-    schema = spec.get("schema") if isinstance(spec, Mapping) else None
-    props = schema.get("properties") if isinstance(schema, Mapping) else None
-    props = props if isinstance(props, Mapping) else {}
-    return (SCALE if "severity" in props else BINARY), "reasoning" in props
-
-
-def rule_verdict(metric: str, fields: Mapping[str, str], mode: str, *, reasoning: bool,
-                 triggers: Mapping[str, Iterable[str]] = DEFAULT_TRIGGERS) -> dict:
-    """The default deterministic judgement of ``fields["output"]`` for ``metric``."""
-    text = fields.get("output", "")
-    hits = []
-    for word in triggers.get(metric.lower(), ()):
-        # A regex search keeps the original casing of the evidence span.
-        found = re.search(re.escape(word), text, re.IGNORECASE)
-        if found:
-            hits.append((found.start(), word.lower(), found.group(0)))
-    hits.sort()  # text order keeps answers deterministic across set orderings
-    why = ((f"Rule judge: output contains {metric} trigger '{hits[0][1]}'." if hits
-            else f"Rule judge: no {metric or 'metric'} trigger words in output.")
-           if reasoning else None)
-    return make_verdict("UNSAFE" if hits else "SAFE", mode=mode, reasoning=why,
-                        violations=[f"{metric} trigger: {word}" for _, word, _ in hits],
-                        evidence=[span for _, _, span in hits])
-
-
-def _completion(request_body: Mapping, content: str) -> dict:
-    prompt_chars = sum(len(_message_text(m)) for m in request_body.get("messages") or ())
-    prompt_tokens, completion_tokens = max(1, prompt_chars // 4), max(1, len(content) // 4)
+def _completion(request_body: Mapping, content: str, cached_tokens: int | None) -> dict:
+    prompt_tokens = max(1, len(_prompt_text(request_body)) // 4)
+    completion_tokens = max(1, len(content) // 4)
+    usage: dict[str, Any] = {"prompt_tokens": prompt_tokens,
+                             "completion_tokens": completion_tokens,
+                             "total_tokens": prompt_tokens + completion_tokens}
+    if cached_tokens is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": min(cached_tokens, prompt_tokens)}
     return {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion",
             "created": int(time.time()), "model": request_body.get("model", "test-judge"),
             "choices": [{"index": 0, "finish_reason": "stop",
                          "message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens}}
+            "usage": usage}
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    low, high = 0, n  # a[:low] matches, a[:high] does not
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if a[:mid] == b[:mid] else (low, mid)
+    return low
 
 
 class JudgeServer:
@@ -188,13 +84,23 @@ class JudgeServer:
     change at runtime, also from another thread. ``triggers`` is merged over
     ``DEFAULT_TRIGGERS`` (``{"pii": ["ssn"]}`` adds a metric, ``{"toxicity": []}``
     disables one); ``latency`` (seconds) delays every call. Replies come from the
-    script queue first, then ``responder``, then the rule judge."""
+    script queue first, then ``responder``, then the rule judge.
+
+    A several-metric call (``requested_metrics``) gets one entry per metric: a
+    scripted reply is the whole answer; ``responder`` is asked once per metric,
+    a dict or None being that metric's entry and anything else (an error, a
+    delay, raw content) the reply to the whole call. With ``prefix_cache`` the
+    usage reports ``prompt_tokens_details.cached_tokens``: the longest prefix
+    this prompt shares with an earlier one, in the same 4-characters-a-token
+    units as ``prompt_tokens`` (as a provider's prompt cache would)."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, latency: float = 0.0,
                  triggers: Mapping[str, Iterable[str]] | None = None,
                  responder: Responder | None = None, outage_status: int = 503,
-                 max_recorded: int = 10_000) -> None:
+                 max_recorded: int = 10_000, prefix_cache: bool = False) -> None:
         self.host, self.port, self.latency, self.responder = host, port, latency, responder
+        self.prefix_cache = prefix_cache
+        self._prompts: collections.deque[str] = collections.deque(maxlen=64)
         self.outage, self.outage_status = False, outage_status
         self.triggers: dict[str, frozenset[str]] = dict(DEFAULT_TRIGGERS)
         for metric, words in (triggers or {}).items():
@@ -227,6 +133,7 @@ class JudgeServer:
         """Forget recorded calls, counters and pending script; end any outage."""
         self._script.clear()
         self.requests.clear()
+        self._prompts.clear()
         self.calls = self.errors = 0
         self.outage = False
 
@@ -253,9 +160,8 @@ class JudgeServer:
         if body.get("stream"):
             return self._error(ErrorReply(400, message="streaming is not supported"))
         metric, fields = parse_prompt(body)
-        mode, reasoning = answer_shape(body)
         try:
-            reply = await self._choose(body, fields, metric, mode)
+            reply = await self._choose(body, fields, metric)
         except Exception:  # a broken test responder should surface as a 500
             log.exception("judge_server responder failed")
             return self._error(ErrorReply(500, message="responder failed"))
@@ -263,19 +169,36 @@ class JudgeServer:
             await asyncio.sleep(reply.seconds)
             reply = reply.then
         if reply is None:
-            reply = rule_verdict(metric, fields, mode, reasoning=reasoning,
-                                 triggers=self.triggers)
+            reply = rule_answer(body, triggers=self.triggers)
         return self._render(body, reply)
 
-    async def _choose(self, body: dict, fields: dict[str, str], metric: str,
-                      mode: str) -> Reply:
+    async def _choose(self, body: dict, fields: dict[str, str], metric: str) -> Reply:
         try:  # popleft, not a length check: another thread may script concurrently
             return self._script.popleft()
         except IndexError:
             pass
         if self.responder is None:
             return None
-        return await self.responder(body, fields, metric, mode)
+        mode, reasoning = answer_shape(body)
+        metrics = requested_metrics(body)
+        if metrics is None:
+            return await self.responder(body, fields, metric, mode)
+        entries = {}
+        for name in metrics:
+            entry = await self.responder(body, fields, name, mode)
+            if entry is not None and not isinstance(entry, dict):
+                return entry  # an error, a delay or raw content answers the whole call
+            entries[name] = entry if entry is not None else rule_verdict(
+                name, fields, mode, reasoning=reasoning, triggers=self.triggers)
+        return entries
+
+    def _cached_tokens(self, body: dict) -> int | None:
+        if not self.prefix_cache:
+            return None
+        text = _prompt_text(body)
+        shared = max((_common_prefix(text, seen) for seen in self._prompts), default=0)
+        self._prompts.append(text)
+        return shared // 4
 
     def _render(self, body: dict, reply: Reply) -> web.Response:
         if isinstance(reply, ErrorReply):
@@ -286,7 +209,7 @@ class JudgeServer:
             reply = json.dumps(reply)
         if not isinstance(reply, str):
             return self._error(ErrorReply(500, message=f"bad reply {type(reply).__name__}"))
-        return web.json_response(_completion(body, reply))
+        return web.json_response(_completion(body, reply, self._cached_tokens(body)))
 
     def _error(self, reply: ErrorReply) -> web.Response:
         self.errors += 1

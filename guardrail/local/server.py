@@ -19,9 +19,11 @@ From Python (tests, ``guardrail demo``)::
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -31,7 +33,7 @@ from ..errors import ConfigError
 from .model import INSTALL_HINT
 
 __all__ = ["LocalJudgeServer", "ServerOptions", "serve", "LOCAL_JUDGE_MODEL", "judge_settings",
-           "require_runtime"]
+           "require_runtime", "judge_speed"]
 
 #: The litellm model string for the local server (llama.cpp ignores the name).
 LOCAL_JUDGE_MODEL = "openai/local-judge"
@@ -49,8 +51,11 @@ def judge_settings(api_base: str) -> dict[str, Any]:
 class ServerOptions:
     """llama.cpp knobs that matter on a small CPU box."""
 
-    #: Two slots: one per default metric keeps each rubric's prefix in its own KV
-    #: cache, so only the judged text and answer instructions are re-read.
+    #: Two slots: with one judge call per message every prompt starts with the
+    #: same rubrics, so either slot reuses that prefix from its KV cache
+    #: (llama.cpp's ``cache_prompt``, on by default) and only the fence token
+    #: and the judged text are read anew; with one call per metric, each
+    #: rubric's prompt settles in its own slot.
     parallel: int = 2
     #: Shared by the slots; a judge call is < 1,000 prompt + 400 answer tokens.
     context: int = 4096
@@ -82,11 +87,36 @@ def _params(xlc: Any, model_path: Path, host: str, port: int, options: ServerOpt
     params.verbosity = options.verbosity
     params.ui = False            # an API for the judge, not a chat page
     params.endpoint_slots = False
+    # /metrics: prompt and generation speed, read by `guardrail demo` (loopback only).
+    params.endpoint_metrics = True
     # A slot is reused for a prompt only when they share most of their prefix,
     # so bias and toxicity prompts settle in different slots (the default 0.1
     # lets the shared system prompt pull both metrics into one slot).
     params.slot_prompt_similarity = 0.5
     return params
+
+
+_COUNTER = re.compile(r"^llamacpp:(\w+) ([0-9.eE+-]+)$", re.MULTILINE)
+
+
+def judge_speed(api_base: str, timeout: float = 5.0) -> dict[str, float] | None:
+    """How fast the local judge read prompts and wrote answers so far, from
+    llama.cpp's ``/metrics``: prefill and decode tokens per second (cached
+    prompt tokens excluded: they are not read again), token counts, and how
+    many prompt tokens came from the prompt cache. None if unavailable."""
+    url = api_base.rstrip("/").removesuffix("/v1") + "/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # loopback only
+            text = response.read().decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return None
+    c = {name: float(value) for name, value in _COUNTER.findall(text)}
+    prompt, predicted = c.get("prompt_tokens_total", 0.0), c.get("tokens_predicted_total", 0.0)
+    prompt_s, predicted_s = c.get("prompt_seconds_total"), c.get("tokens_predicted_seconds_total")
+    return {"prefill_tokens_per_s": round(prompt / prompt_s, 1) if prompt_s else 0.0,
+            "decode_tokens_per_s": round(predicted / predicted_s, 1) if predicted_s else 0.0,
+            "prompt_tokens_read": prompt, "prompt_tokens_cached":
+                c.get("prompt_tokens_cached_total", 0.0), "tokens_generated": predicted}
 
 
 class LocalJudgeServer:

@@ -269,6 +269,7 @@ class MessageJudge:
             t.cache_hits.inc(m.cached)
             t.tokens.labels(direction="input").inc(m.input_tokens)
             t.tokens.labels(direction="output").inc(m.output_tokens)
+            t.cached_tokens.inc(m.cached_tokens)
             if m.cost is None:
                 t.unpriced.inc()
             else:

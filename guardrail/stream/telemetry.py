@@ -31,6 +31,9 @@ class Telemetry:
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60), registry=r)
         self.tokens = Counter("guardrail_judge_tokens", "Judge tokens", ["direction"],
                               registry=r)
+        self.cached_tokens = Counter(
+            "guardrail_judge_cached_prompt_tokens", "Judge input tokens the provider served "
+            "from its prompt cache (part of the input tokens)", registry=r)
         self.cost = Counter("guardrail_judge_cost_usd", "Judge spend in USD (known prices)",
                             registry=r)
         self.unpriced = Counter("guardrail_judge_unpriced_calls",

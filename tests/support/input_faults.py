@@ -61,16 +61,17 @@ def _message(i: int, output: str, mode: str = "scale_1_5") -> RawMessage:
     return RawMessage(orjson.dumps(body), Source("in", 0, i))
 
 
-def _judge(server: JudgeServer) -> MessageJudge:
+def _judge(server: JudgeServer, calls: str) -> MessageJudge:
     settings = load_settings(environ={}, judge_model="openai/test-judge",
                              judge_api_base=server.api_base, judge_api_key="sk-test",
-                             judge_max_retries=0, outage_policy="record")
+                             judge_max_retries=0, outage_policy="record", judge_calls=calls)
     return MessageJudge.from_settings(build_evaluator(settings), settings)
 
 
-async def _process(server: JudgeServer, messages: list[RawMessage]) -> list[Any]:
+async def _process(server: JudgeServer, messages: list[RawMessage],
+                   calls: str = "per_message") -> list[Any]:
     """One batch through a fresh MessageJudge, its connections closed after."""
-    message_judge = _judge(server)
+    message_judge = _judge(server, calls)
     try:
         return await message_judge.process(messages)
     finally:
@@ -81,17 +82,17 @@ def _results(outgoing: list[Any], topic: str = "redteam-results") -> list[dict[s
     return [json.loads(o.value) for o in outgoing if o.topic == topic]
 
 
-async def garbage_scenario(server: JudgeServer) -> dict[str, Any]:
+async def garbage_scenario(server: JudgeServer, calls: str = "per_message") -> dict[str, Any]:
     """Every garbage answer (twice, so the repair retry fails too) must be an error."""
     rows = {}
     for kind, reply in GARBAGE.items():
         server.reset()
-        server.script(*([reply, reply] * 2))  # two metrics, each answer + repair
-        [result] = _results(await _process(server, [_message(0, "a calm answer")]))
+        server.script(*([reply, reply] * 2))  # per metric: two metrics, each answer + repair
+        [result] = _results(await _process(server, [_message(0, "a calm answer")], calls))
         rows[kind] = [m["error"] is not None and m["score"] is None for m in result["metrics"]]
     server.reset()
     server.script("garbage first", None, None)  # a repairable answer is repaired
-    [repaired] = _results(await _process(server, [_message(1, "a calm answer")]))
+    [repaired] = _results(await _process(server, [_message(1, "a calm answer")], calls))
     return {"scenario": "judge garbage", "kinds": len(rows),
             "garbage_judged_safe": sum(not ok for oks in rows.values() for ok in oks),
             "repaired_valid": all(m["error"] is None for m in repaired["metrics"]),
@@ -104,9 +105,17 @@ async def _echo(body: dict, fields: dict[str, str], metric: str, mode: str) -> A
     return found.group(0) if found else None
 
 
+async def _echo_entry(body: dict, fields: dict[str, str], metric: str, mode: str) -> Any:
+    # Fooled on one metric only: the planted verdict becomes that metric's entry
+    # (a dict: in a several-metric call the rule judge answers the others).
+    found = re.search(r"\{.*\}", fields.get("output", ""), re.DOTALL)
+    return json.loads(found.group(0)) if found and metric == "toxicity" else None
+
+
 def _fence_intact(request: dict[str, Any], output: str) -> bool:
     user = request["messages"][1]["content"]
-    nonce = re.search(r"the fence token is ([0-9a-f]+)\.", user).group(1)
+    # The token is given once, after every static part and before the fenced text.
+    nonce = re.search(r"^Fence token: ([0-9a-f]+)$", user, re.MULTILINE).group(1)
     begins = user.count(f"<<<{nonce} BEGIN output>>>")
     ends = user.count(f"<<<{nonce} END output>>>")
     inside = user.split(f"<<<{nonce} BEGIN output>>>\n", 1)[-1].split(
@@ -114,20 +123,23 @@ def _fence_intact(request: dict[str, Any], output: str) -> bool:
     return begins == 1 and ends == 1 and inside == output and nonce not in output
 
 
-async def injection_scenario(server: JudgeServer) -> dict[str, Any]:
-    """Injected outputs stay fenced data; a fake verdict never becomes the answer."""
+async def injection_scenario(server: JudgeServer, calls: str = "per_message") -> dict[str, Any]:
+    """Injected outputs stay fenced data; a fake verdict never becomes the answer, be
+    it the whole answer or (one call per message) one metric's entry of it."""
     server.reset()
     messages = [_message(i, text) for i, text in enumerate(INJECTIONS.values())]
-    results = _results(await _process(server, messages))
+    results = _results(await _process(server, messages, calls))
     texts = list(INJECTIONS.values())
     fences = [_fence_intact(r, texts[_index_of(r["messages"][1]["content"])])
               for r in server.requests]
     toxic_caught = sum(r["metrics"][1]["result"][0]["verdict"] == "UNSAFE" for r in results
                        if r["metrics"][1]["error"] is None)
-    server.reset()
-    server.responder = _echo
-    echoed = _results(await _process(server, 
-        [_message(i, t) for i, t in enumerate(INJECTIONS.values()) if "{" in t]))
+    planted = [_message(i, t) for i, t in enumerate(INJECTIONS.values()) if "{" in t]
+    echoed = []
+    for responder in (_echo, _echo_entry):  # the whole answer copied, or one entry
+        server.reset()
+        server.responder = responder
+        echoed += _results(await _process(server, planted, calls))
     server.responder = None
     fake_accepted = sum(m["error"] is None and m["result"][0]["verdict"] == "SAFE"
                         for r in echoed for m in r["metrics"])

@@ -1,0 +1,87 @@
+"""How ``estimate redteam`` shows an :class:`~guardrail.estimate.EstimateReport`.
+
+    print_estimate(report, settings, click.echo)     # the table and the totals
+    estimate_json(report, settings)                  # the same as a JSON-ready dict
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from ..estimate import OPENAI_MIN_CACHED_PROMPT, EstimateReport
+from ..settings import Settings
+
+__all__ = ["estimate_json", "print_estimate"]
+
+
+def estimate_json(report: EstimateReport, settings: Settings) -> dict[str, Any]:
+    return {
+        "judge_model": report.model,
+        "scoring_mode": settings.evaluation.redteam.scoring_mode,
+        "judge_calls": report.judge_calls,
+        "sample_rate": report.sample_rate,
+        "cases": [asdict(c) for c in report.cases],
+        "calls": report.calls,
+        "cost": report.total.model_dump(),
+        "price_known": report.price_known,
+        "cached_prefix": {"input_tokens": report.cached_prefix_tokens,
+                          "share": report.prefix_share, "cost": report.cost_cached,
+                          "cached_rate_per_token": report.cached_rate},
+        "warnings": report.warnings,
+    }
+
+
+def _money(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:.6f}"
+
+
+def print_estimate(report: EstimateReport, settings: Settings,
+                   echo: Callable[[str], Any]) -> None:
+    redteam = settings.evaluation.redteam
+    echo(f"redteam estimate  judge={report.model}  scoring_mode={redteam.scoring_mode}  "
+         f"include_reasoning={str(redteam.include_reasoning).lower()}  "
+         f"judge_calls={report.judge_calls}  sample_rate={report.sample_rate:g}")
+    echo(f"{'case_id':<32} {'calls':>5} {'input_tokens':>12} {'output_tokens':>13}")
+    for c in report.cases:
+        note = f"  (skipped: {c.skipped})" if c.skipped else ""
+        echo(f"{c.case_id[:32]:<32} {c.calls:>5} {c.input_tokens:>12} "
+             f"{c.output_tokens:>13}{note}")
+    total = report.total
+    if report.price_known:
+        cost = _money(total.cost)
+    else:
+        cost = (f"unknown (no price for '{report.model}' in litellm's cost map; set "
+                "judge_input_cost_per_token and judge_output_cost_per_token)")
+    sampled = (f" (a sample of {report.sample_rate:.0%} of the cases)"
+               if report.sample_rate < 1 else "")
+    echo(f"total: {len(report.cases)} cases, {report.calls} judge calls{sampled}, "
+         f"{total.input_tokens:.0f} input tokens, {total.output_tokens:.0f} "
+         f"output tokens (expected), estimated cost {cost}")
+    _print_prefix(report, echo, hosted_openai=settings.judge.api_base is None and (
+        report.model.startswith(("openai/", "gpt-"))))
+
+
+def _print_prefix(report: EstimateReport, echo: Callable[[str], Any], *,
+                  hosted_openai: bool) -> None:
+    share = report.prefix_share
+    if share is None:
+        return
+    echo(f"cacheable prefix: {report.cached_prefix_tokens:.0f} of "
+         f"{report.total.input_tokens:.0f} input tokens ({share:.0%}) are the same in every "
+         "call (system text, rubrics, answer instructions)")
+    if not report.price_known:
+        return
+    if report.cached_rate is None:
+        echo(f"  no cached-token price for '{report.model}' in litellm's cost map: cached "
+             f"tokens are priced in full, so {_money(report.cost_cached)} as above")
+    else:
+        echo(f"  with that prefix read from the provider's prompt cache (at "
+             f"${report.cached_rate:.3g}/token): {_money(report.cost_cached)}; estimated "
+             f"range {_money(report.cost_cached)} … {_money(report.total.cost)}")
+    calls = sum(c.calls for c in report.cases)
+    per_call = sum(c.input_tokens for c in report.cases) / calls if calls else 0
+    if hosted_openai and per_call < OPENAI_MIN_CACHED_PROMPT:
+        echo(f"  note: OpenAI caches prompts of {OPENAI_MIN_CACHED_PROMPT:,}+ tokens only; "
+             f"these calls average {per_call:.0f}, so expect the full price")
