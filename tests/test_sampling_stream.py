@@ -85,7 +85,7 @@ def test_a_quarter_sample_judges_a_quarter_the_windows_see_all_and_replay_agrees
     assert {r["case_id"] for r in results} == expected, env.logs()[-3000:]
     assert len(results) == len(expected)  # exactly one result per sampled message
     assert _judged_cases(thread_judge) == expected  # no judge call for any other
-    assert thread_judge.calls == len(results) * len(METRICS)
+    assert thread_judge.calls == len(results)  # one call per judged message (all metrics)
     sums = _wait_for_rates(worker.web_port, seen=n, judged=len(expected))
     assert sums == {m: (n, len(expected)) for m in METRICS}, sums
     metrics = _get(worker.web_port, "/metrics")
