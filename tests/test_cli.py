@@ -207,6 +207,7 @@ def test_estimate_sample_rate_multiplies_calls_and_cost(workdir, server):
                  "--model openai/gpt-4o-mini", workdir, _env(server))
     assert "1 judge calls (a sample of 25% of the cases)" in text.stdout
     assert "cacheable prefix:" in text.stdout and "estimated range $" in text.stdout
+    assert "OpenAI caches prompts of 1,024+ tokens only" in text.stdout
     bad = _bash("guardrail estimate redteam --input cases.jsonl --sample-rate 1.5",
                 workdir, _env(server))
     assert bad.returncode == 2 and "sample-rate" in bad.stderr
