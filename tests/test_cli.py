@@ -369,6 +369,10 @@ def test_estimate_sample_rate_multiplies_calls_and_cost(workdir, server):
                  "--model openai/gpt-4o-mini", workdir, _env(server))
     assert "1 judge calls (a sample of 25% of the cases)" in text.stdout
     assert "cacheable prefix:" in text.stdout and "estimated range $" in text.stdout
+    assert "OpenAI caches" not in text.stdout  # a self-hosted judge (api_base) caches any size
+    hosted = _bash("guardrail estimate redteam --input cases.jsonl --model openai/gpt-4o-mini",
+                   workdir, _env(server, GUARDRAIL_JUDGE_API_BASE=""))
+    assert "OpenAI caches prompts of 1,024+ tokens only" in hosted.stdout
     bad = _bash("guardrail estimate redteam --input cases.jsonl --sample-rate 1.5",
                 workdir, _env(server))
     assert bad.returncode == 2 and "sample-rate" in bad.stderr

@@ -85,3 +85,6 @@ def _print_prefix(report: EstimateReport, echo: Callable[[str], Any], *,
     if hosted_openai and per_call < OPENAI_MIN_CACHED_PROMPT:
         echo(f"  note: OpenAI caches prompts of {OPENAI_MIN_CACHED_PROMPT:,}+ tokens only; "
              f"these calls average {per_call:.0f}, so expect the full price")
+    if report.model.startswith(("anthropic/", "claude")):
+        echo("  note: Anthropic caches only behind a cache_control breakpoint, which guardrail "
+             "does not send: expect the full price")
