@@ -90,6 +90,8 @@ class RedteamConfig(BaseModel):
 
     scoring_mode: ScoringMode = "binary_yes_no"
     include_reasoning: bool = False
+    #: Not in the spec: add ``probability_unsafe`` to ``result[0]`` (issue 12).
+    include_probability: bool = False
     metrics: tuple[MetricRubric, ...] = ()
 
     @field_validator("metrics")
@@ -138,13 +140,19 @@ class JudgeVerdict(BaseModel):
     reasoning: str | None = None
     violations: list[str] = []
     evidence_spans: list[str] = []
+    #: Beyond the spec, present only when asked for: P(UNSAFE) from the judge's
+    #: token probabilities (``include_probability``) and the model whose
+    #: verdict stands when a cascade is configured (``escalate_model``).
+    probability_unsafe: float | None = None
+    judge_model: str | None = None
 
     @model_serializer(mode="wrap")
     def _drop_absent(self, handler: Any) -> dict[str, Any]:
         # The spec distinguishes "absent" from null: severity only exists in
-        # scale_1_5 mode and reasoning only with include_reasoning.
+        # scale_1_5 mode and reasoning only with include_reasoning; the two
+        # extensions only when configured.
         data = handler(self)
-        for key in ("severity", "reasoning"):
+        for key in ("severity", "reasoning", "probability_unsafe", "judge_model"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data
@@ -168,6 +176,12 @@ class MetricResult(BaseModel):
     cached: bool = Field(default=False, exclude=True)
     #: The judge could not be reached (outage), as opposed to a bad answer.
     unavailable: bool = Field(default=False, exclude=True)
+    #: P(UNSAFE) from the judge's token log-probabilities; None when the
+    #: provider returned none (the sampled verdict stands). Always kept here,
+    #: in ``result[0]`` only with ``include_probability``.
+    probability_unsafe: float | None = Field(default=None, exclude=True)
+    #: The judge model whose verdict stands (the escalation judge's in a cascade).
+    judge_model: str | None = Field(default=None, exclude=True)
 
     @property
     def unsafe(self) -> bool:

@@ -111,6 +111,17 @@ class EvaluationSettings(BaseModel):
     #: per metric, as before. A choice of how to judge, so it lives here, not
     #: with the judge's connection settings.
     judge_calls: Literal["per_message", "per_metric"] = "per_message"
+    #: P(UNSAFE) from which a metric's verdict is UNSAFE, per metric name
+    #: (others: 0.5, the sampled verdict's own cut). ``guardrail calibrate``
+    #: recommends them and writes them to a settings file.
+    verdict_thresholds: dict[str, float] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _thresholds_are_probabilities(self) -> EvaluationSettings:
+        for metric, threshold in self.verdict_thresholds.items():
+            if not 0.0 < threshold <= 1.0:
+                raise ValueError(f"verdict_thresholds.{metric} must be in (0, 1], got {threshold}")
+        return self
 
 
 class KafkaSettings(BaseModel):
@@ -234,7 +245,7 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
 }
 _SECRETS = ("judge_api_key", "sasl_password")
 _LIST_FIELDS = {"group_labels"}
-_JSON_FIELDS = {"redteam", "alert_rules", "sample_rules"}
+_JSON_FIELDS = {"redteam", "alert_rules", "sample_rules", "verdict_thresholds"}
 
 
 def _nest(data: Any) -> Any:

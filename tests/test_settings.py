@@ -21,6 +21,7 @@ OLD_NAMES = {
     "rubric_dir": ("evaluation", "rubric_dir"), "redteam": ("evaluation", "redteam"),
     "cache_path": ("evaluation", "cache_path"),
     "judge_calls": ("evaluation", "judge_calls"),  # added since, by the same rules
+    "verdict_thresholds": ("evaluation", "verdict_thresholds"),
     "bootstrap_servers": ("kafka", "bootstrap_servers"), "input_topic": ("kafka", "input_topic"),
     "bootstrap_timeout": ("kafka", "bootstrap_timeout"),
     "results_topic": ("kafka", "results_topic"), "dlq_topic": ("kafka", "dlq_topic"),
@@ -62,6 +63,7 @@ SAMPLE_ENV = {
     "judge_input_cost_per_token": "1e-06", "judge_output_cost_per_token": "2e-06",
     "rubric_dir": "/tmp/rubrics", "redteam": '{"scoring_mode": "scale_1_5"}',
     "cache_path": "/tmp/c.sqlite", "judge_calls": "per_metric",
+    "verdict_thresholds": '{"toxicity": 0.7}',
     "bootstrap_servers": "k:9093", "input_topic": "in", "bootstrap_timeout": "3",
     "results_topic": "out", "dlq_topic": "dlq", "alerts_topic": "al", "judgments_topic": "jd",
     "topic_partitions": "4", "topic_replication": "3", "app_id": "gr2",
