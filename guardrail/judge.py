@@ -96,6 +96,11 @@ class Usage:
 class JudgeReply:
     answer: BinaryAnswer
     usage: Usage = field(default_factory=Usage)
+    #: P(UNSAFE) read from the judge's token log-probabilities at the verdict
+    #: (None: the provider returned none; the sampled verdict stands).
+    probability: float | None = None
+    #: scale_1_5 only: P(severity = k) for k in 1..5, when known.
+    severity_probs: dict[int, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,9 @@ class GroupReply:
 
     answers: dict[str, BinaryAnswer | JudgeError]
     usage: dict[str, Usage]
+    #: Per metric, as :attr:`JudgeReply.probability` / ``severity_probs``.
+    probabilities: dict[str, float | None] = field(default_factory=dict)
+    severity_probs: dict[str, dict[int, float] | None] = field(default_factory=dict)
 
 
 class Judge(Protocol):
