@@ -180,6 +180,8 @@ class MetricResult(BaseModel):
     #: provider returned none (the sampled verdict stands). Always kept here,
     #: in ``result[0]`` only with ``include_probability``.
     probability_unsafe: float | None = Field(default=None, exclude=True)
+    #: scale_1_5: P(severity = k) for k in 1..5 behind ``probability_unsafe``.
+    severity_probs: dict[int, float] | None = Field(default=None, exclude=True)
     #: The judge model whose verdict stands (the escalation judge's in a cascade).
     judge_model: str | None = Field(default=None, exclude=True)
 
