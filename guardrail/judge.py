@@ -21,11 +21,24 @@ endpoint raise :class:`~guardrail.errors.JudgeConfigError` at once (no retry):
 a setting to fix, not an outage to wait out. In a several-metric call, only the
 metrics whose entries were invalid are asked again, and only those carry an
 error if the repair fails.
+
+With ``judge_logprobs`` (default) each reply also carries P(UNSAFE) read
+from the answer's token log-probabilities (:mod:`guardrail.probability`;
+after a repair retry, from the repaired answer's tokens)::
+
+    reply.probability        # 0.81, or None when the provider sent none
+    reply.severity_probs     # scale_1_5: {1: 0.02, …, 5: 0.01}
+    group.probabilities["toxicity"]
+    judge.probabilities_available   # False once an answer came without them
+
+An answer without log-probabilities is judged by its sampled verdict, and the
+judge says so once in the log (not per message).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -35,11 +48,14 @@ from .errors import JudgeAnswerError, JudgeConfigError, JudgeError, JudgeUnavail
 from .models import ScoringMode
 from .parsing import (BinaryAnswer, group_response_schema, parse_answer, parse_group_answer,
                       response_schema)
+from .probability import AnswerTokens, Reading
 from .prompts import JudgePrompt
 from .settings import JudgeSettings
-from .transports import Transport, make_transport, status_of
+from .transports import Completion, Transport, make_transport, status_of
 
 __all__ = ["Judge", "JudgeReply", "GroupReply", "Usage", "LLMJudge", "LiteLLMJudge"]
+
+log = logging.getLogger(__name__)
 
 _REPAIR = (
     "Your previous answer was not valid: {error}. Reply again with only the JSON "
@@ -135,6 +151,15 @@ class LLMJudge:
         self._limit = asyncio.Semaphore(settings.concurrency)
         self._secret = settings.api_key.get_secret_value() if settings.api_key else None
         self._transport = transport or make_transport(settings)
+        #: None until an answer came; False once one came without log-probabilities
+        #: (its verdict is the sampled one), True while every answer had them.
+        self.probabilities_available: bool | None = None
+        self._said_no_logprobs = False
+
+    @property
+    def logprobs(self) -> bool:
+        """Whether this judge asks for log-probabilities (``judge_logprobs``)."""
+        return self._settings.logprobs
 
     @property
     def transport(self) -> str:
@@ -150,21 +175,23 @@ class LLMJudge:
         usage = Usage()
         fmt = response_schema(scoring_mode, include_reasoning)
         messages = list(prompt.messages)
-        text = await self._complete(messages, fmt, usage)
+        completion = await self._complete(messages, fmt, usage)
         try:
-            answer = parse_answer(text, scoring_mode=scoring_mode,
+            answer = parse_answer(completion.content, scoring_mode=scoring_mode,
                                   include_reasoning=include_reasoning, judged=prompt.judged)
         except JudgeAnswerError as first:
-            messages += [{"role": "assistant", "content": text[:4000]},
+            messages += [{"role": "assistant", "content": completion.content[:4000]},
                          {"role": "user", "content": _REPAIR.format(error=first)}]
-            text = await self._complete(messages, fmt, usage)
+            completion = await self._complete(messages, fmt, usage)
             try:
-                answer = parse_answer(text, scoring_mode=scoring_mode,
+                answer = parse_answer(completion.content, scoring_mode=scoring_mode,
                                       include_reasoning=include_reasoning, judged=prompt.judged)
             except JudgeAnswerError as second:
                 raise _with_usage(JudgeAnswerError(f"{second} (after one repair retry)"),
                                   usage) from None
-        return JudgeReply(answer=answer, usage=usage)
+        reading = self._readings(completion, scoring_mode).get(None, Reading(None))
+        return JudgeReply(answer=answer, usage=usage, probability=reading.unsafe,
+                          severity_probs=reading.severity)
 
     async def judge_group(self, prompt: JudgePrompt, *, scoring_mode: ScoringMode,
                           include_reasoning: bool) -> GroupReply:
@@ -173,29 +200,75 @@ class LLMJudge:
         answer came back at all; a bad entry is that metric's error."""
         metrics, usage = prompt.metrics, Usage()
         messages = list(prompt.messages)
-        text = await self._complete(messages, group_response_schema(
+        completion = await self._complete(messages, group_response_schema(
             metrics, scoring_mode, include_reasoning), usage, metrics=len(metrics))
-        answers = self._parse_group(text, metrics, scoring_mode, include_reasoning, prompt)
+        answers = self._parse_group(completion.content, metrics, scoring_mode,
+                                    include_reasoning, prompt)
+        readings = self._readings(completion, scoring_mode, metrics)
         shares = dict(zip(metrics, usage.split(len(metrics))))
         failed = tuple(m for m in metrics if isinstance(answers[m], JudgeAnswerError))
         if failed:
-            messages += [{"role": "assistant", "content": text[:4000]},
+            messages += [{"role": "assistant", "content": completion.content[:4000]},
                          {"role": "user", "content": _repair_group(failed, answers)}]
-            repair = Usage()
-            try:
-                text = await self._complete(messages, group_response_schema(
-                    failed, scoring_mode, include_reasoning), repair, metrics=len(failed))
-                again = self._parse_group(text, failed, scoring_mode, include_reasoning, prompt)
-            except JudgeError as exc:  # the first answer's valid entries stand
-                again = dict.fromkeys(failed, exc)
-                repair = getattr(exc, "usage", None) or repair
+            again, repair, fresh = await self._ask_again(messages, failed, scoring_mode,
+                                                         include_reasoning, prompt)
+            readings.update(fresh)  # a repaired entry is read from the repaired answer
             for metric, share in zip(failed, repair.split(len(failed))):
                 answer = again[metric]
                 answers[metric] = (JudgeAnswerError(f"{answer} (after one repair retry)")
                                    if isinstance(answer, JudgeAnswerError) else answer)
                 shares[metric].add(share.input_tokens, share.output_tokens, share.cost,
                                    share.cached_tokens)
-        return GroupReply(answers=answers, usage=shares)
+        valid = [m for m in metrics if not isinstance(answers[m], JudgeError)]
+        known = {m: readings.get(m, Reading(None)) for m in valid}
+        return GroupReply(answers=answers, usage=shares,
+                          probabilities={m: r.unsafe for m, r in known.items()},
+                          severity_probs={m: r.severity for m, r in known.items()})
+
+    async def _ask_again(self, messages: list[dict[str, str]], failed: tuple[str, ...],
+                         scoring_mode: ScoringMode, include_reasoning: bool, prompt: JudgePrompt,
+                         ) -> tuple[dict[str, BinaryAnswer | JudgeError], Usage,
+                                    dict[str | None, Reading]]:
+        """The repair call of a several-metric answer, for the ``failed`` metrics only."""
+        repair = Usage()
+        try:
+            completion = await self._complete(messages, group_response_schema(
+                failed, scoring_mode, include_reasoning), repair, metrics=len(failed))
+        except JudgeError as exc:  # the first answer's valid entries stand
+            return dict.fromkeys(failed, exc), getattr(exc, "usage", None) or repair, {}
+        again = self._parse_group(completion.content, failed, scoring_mode, include_reasoning,
+                                  prompt)
+        return again, repair, self._readings(completion, scoring_mode, failed)
+
+    def _readings(self, completion: Completion, scoring_mode: ScoringMode,
+                  metrics: tuple[str, ...] | None = None) -> dict[str | None, Reading]:
+        """P(UNSAFE) at each verdict of an answer (key None: a one-metric answer)."""
+        self._note_logprobs(completion.logprobs is not None)
+        if completion.logprobs is None:
+            return {}
+        tokens = AnswerTokens(completion.logprobs)
+        if metrics is None:
+            return {None: tokens.reading(scoring_mode)}
+        return {m: tokens.reading(scoring_mode, metric=m) for m in metrics}
+
+    def _note_logprobs(self, present: bool) -> None:
+        """Say once, not per message, that verdicts are the sampled ones."""
+        if present:
+            if self.probabilities_available is None:
+                self.probabilities_available = True
+            return
+        self.probabilities_available = False
+        if self._said_no_logprobs:
+            return
+        self._said_no_logprobs = True
+        if not self._settings.logprobs:
+            why = "judge_logprobs is off"
+        elif not getattr(self._transport, "asks_logprobs", True):
+            why = "the provider takes no log-probabilities"
+        else:
+            why = "its answers carry no log-probabilities"
+        log.warning("judge %s: %s, so its sampled verdicts stand (verdict_thresholds do "
+                    "not apply and probability_unsafe stays empty)", self.model, why)
 
     @staticmethod
     def _parse_group(text: str, metrics: tuple[str, ...], scoring_mode: ScoringMode,
@@ -209,7 +282,7 @@ class LLMJudge:
             return dict.fromkeys(metrics, whole)
 
     async def _complete(self, messages: list[dict[str, str]], fmt: dict[str, Any],
-                        usage: Usage, *, metrics: int = 1) -> str:
+                        usage: Usage, *, metrics: int = 1) -> Completion:
         """One answer, retried on transient failures. ``judge_max_tokens`` is a
         budget per metric: an answer for several metrics may be that much longer."""
         attempts = self._settings.max_retries + 1
@@ -234,7 +307,7 @@ class LLMJudge:
             f"judge unavailable after {attempts} attempts: {self._describe(last)}"), usage)
 
     async def _call_once(self, messages: list[dict[str, str]], fmt: dict[str, Any],
-                         usage: Usage, metrics: int = 1) -> str:
+                         usage: Usage, metrics: int = 1) -> Completion:
         s = self._settings
         async with self._limit:
             completion = await asyncio.wait_for(self._transport.complete(
@@ -249,7 +322,7 @@ class LLMJudge:
         content = completion.content
         if not isinstance(content, str) or not content.strip():
             raise _with_usage(JudgeAnswerError("judge returned an empty answer"), usage)
-        return content
+        return completion
 
     def _config_error(self, setting: str, exc: BaseException) -> JudgeConfigError:
         """One line naming the setting to fix; the key itself is never in it."""

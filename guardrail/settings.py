@@ -87,6 +87,8 @@ class JudgeSettings(BaseModel):
     max_tokens: int = Field(default=400, ge=16)
     temperature: float = 0.0
     structured_output: bool = True
+    #: Ask for token log-probabilities: P(UNSAFE) decides the verdict (see verdict_thresholds).
+    logprobs: bool = True
     #: ``auto``: plain HTTP for a self-hosted OpenAI-compatible judge
     #: (``openai/`` or ``hosted_vllm/`` model with ``api_base``), litellm
     #: otherwise; ``litellm`` or ``http`` to force one.

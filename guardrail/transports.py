@@ -8,6 +8,7 @@ once, from :class:`~guardrail.settings.JudgeSettings`::
     transport = make_transport(settings.judge)      # "litellm" or "http"
     completion = await transport.complete(messages, response_format)
     completion.content, completion.prompt_tokens
+    completion.logprobs      # the answer's tokens with their top alternatives, or None
     await transport.aclose()
 
 Why two: profiled in ``bench/``, litellm's per-call path (thread hops, logging
@@ -16,6 +17,13 @@ and cost hooks) took ~60 % of a worker's CPU and capped a 2-core worker near
 (vLLM, llama.cpp, Ollama's ``/v1``, a proxy), the request is plain JSON, so
 :class:`HTTPTransport` posts it itself with one pooled aiohttp session. Every
 other provider goes through :class:`LiteLLMTransport`.
+
+Log-probabilities (``judge_logprobs``, on by default) are asked for with
+``logprobs: true, top_logprobs: 5``: always on the direct path, through
+litellm only for providers it says take both (Anthropic, Bedrock, Ollama and
+OpenAI's reasoning models do not, and keep working without). A server that
+refuses them with a 400 naming ``logprobs`` is asked again without, and not
+asked for them again.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import orjson
 
 from ._litellm import litellm
 from .errors import ConfigError
+from .probability import TOP_LOGPROBS, TokenLogprob, read_logprobs
 from .settings import JudgeSettings
 
 __all__ = ["Completion", "Transport", "LiteLLMTransport", "HTTPTransport", "HTTPStatusError",
@@ -62,13 +71,16 @@ class Completion:
     ``cached_tokens`` is the part of ``prompt_tokens`` the provider read from
     its prompt cache (OpenAI, vLLM and llama.cpp report it as
     ``usage.prompt_tokens_details.cached_tokens``; Anthropic as
-    ``cache_read_input_tokens``, which litellm maps there too).
+    ``cache_read_input_tokens``, which litellm maps there too). ``logprobs``:
+    the answer's tokens from ``choices[0].logprobs.content`` (None: not
+    asked for, or the provider sent none).
     """
 
     content: Any
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 class Transport(Protocol):
@@ -83,6 +95,8 @@ class Transport(Protocol):
     """
 
     name: str
+    #: Whether requests ask for log-probabilities (``judge_logprobs`` and the provider).
+    asks_logprobs: bool
 
     async def complete(self, messages: Messages, response_format: dict[str, Any] | None,
                        max_tokens: int | None = None) -> Completion: ...
@@ -98,6 +112,11 @@ def status_of(exc: BaseException) -> int | None:
     """The HTTP status an exception carries, if any."""
     status = getattr(exc, "status_code", None)
     return status if isinstance(status, int) else None
+
+
+def _refuses_logprobs(exc: BaseException) -> bool:
+    """A 400 that names the log-probability parameters: this server has none."""
+    return status_of(exc) == 400 and "logprob" in str(exc).lower()
 
 
 #: The settings a configuration error can name.
@@ -132,6 +151,17 @@ class LiteLLMTransport:
 
     def __init__(self, settings: JudgeSettings) -> None:
         self._settings = settings
+        #: None until the first call looks it up (importing litellm takes seconds).
+        self._logprobs: bool | None = None if settings.logprobs else False
+
+    @property
+    def asks_logprobs(self) -> bool:
+        """Whether requests ask for log-probabilities: on, and litellm says the
+        provider takes both parameters (``drop_params`` would drop them
+        silently otherwise; this way the judge knows not to expect them)."""
+        if self._logprobs is None:
+            self._logprobs = _litellm_takes_logprobs(self._settings.model)
+        return self._logprobs
 
     async def complete(self, messages: Messages, response_format: dict[str, Any] | None,
                        max_tokens: int | None = None) -> Completion:
@@ -148,17 +178,30 @@ class LiteLLMTransport:
             kwargs["api_base"] = s.api_base
         if s.api_key is not None:
             kwargs["api_key"] = s.api_key.get_secret_value()
-        response = await litellm().acompletion(**kwargs)
+        if self.asks_logprobs:
+            kwargs.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
+        response = await self._send(kwargs)
         tokens = getattr(response, "usage", None)
         try:
-            content = response.choices[0].message.content
+            choice = response.choices[0]
+            content = choice.message.content
         except (AttributeError, IndexError):
-            content = None
+            choice = content = None
         details = getattr(tokens, "prompt_tokens_details", None)
         cached = (getattr(details, "cached_tokens", None)
                   or getattr(tokens, "cache_read_input_tokens", None))
         return Completion(content, _count(getattr(tokens, "prompt_tokens", 0)),
-                          _count(getattr(tokens, "completion_tokens", 0)), _count(cached))
+                          _count(getattr(tokens, "completion_tokens", 0)), _count(cached),
+                          read_logprobs(getattr(choice, "logprobs", None)))
+
+    async def _send(self, kwargs: dict[str, Any]) -> Any:
+        try:
+            return await litellm().acompletion(**kwargs)
+        except Exception as exc:  # only a refusal of logprobs is handled here
+            if "logprobs" not in kwargs or not _refuses_logprobs(exc):
+                raise
+        self._logprobs = False  # refused once: never asked for again
+        return await litellm().acompletion(**_without_logprobs(kwargs))
 
     def is_transient(self, exc: BaseException) -> bool:
         lm = litellm()
@@ -187,6 +230,12 @@ class HTTPTransport:
         self._settings = settings
         key = settings.api_key.get_secret_value() if settings.api_key is not None else None
         self._client = OpenAICompatibleClient(str(settings.api_base), api_key=key)
+        self._logprobs = settings.logprobs
+
+    @property
+    def asks_logprobs(self) -> bool:
+        """Whether requests ask for log-probabilities (until a server refuses them)."""
+        return self._logprobs
 
     async def complete(self, messages: Messages, response_format: dict[str, Any] | None,
                        max_tokens: int | None = None) -> Completion:
@@ -198,15 +247,30 @@ class HTTPTransport:
         }
         if response_format is not None:
             body["response_format"] = response_format
-        data = await self._client.complete(body, timeout=s.timeout)
+        if self._logprobs:
+            body.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
+        data = await self._send(body)
         tokens = data.get("usage")
         tokens = tokens if isinstance(tokens, dict) else {}
         try:
-            content = data["choices"][0]["message"]["content"]
+            choice = data["choices"][0]
+            content = choice["message"]["content"]
         except (KeyError, IndexError, TypeError):
-            content = None
+            choice = content = None
+        logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
         return Completion(content, _count(tokens.get("prompt_tokens")),
-                          _count(tokens.get("completion_tokens")), _cached_count(data, tokens))
+                          _count(tokens.get("completion_tokens")), _cached_count(data, tokens),
+                          read_logprobs(logprobs))
+
+    async def _send(self, body: dict[str, Any]) -> dict[str, Any]:
+        timeout = self._settings.timeout
+        try:
+            return await self._client.complete(body, timeout=timeout)
+        except HTTPStatusError as exc:
+            if "logprobs" not in body or not _refuses_logprobs(exc):
+                raise
+        self._logprobs = False  # refused once: never asked for again
+        return await self._client.complete(_without_logprobs(body), timeout=timeout)
 
     def is_transient(self, exc: BaseException) -> bool:
         return _transient(exc)
@@ -216,6 +280,18 @@ class HTTPTransport:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _litellm_takes_logprobs(model: str) -> bool:
+    try:
+        params = litellm().get_supported_openai_params(model=model)
+    except Exception:  # a model litellm cannot route: the call itself will say so
+        return False
+    return bool(params) and {"logprobs", "top_logprobs"} <= set(params)
+
+
+def _without_logprobs(request: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in request.items() if k not in ("logprobs", "top_logprobs")}
 
 
 def _count(value: Any) -> int:
