@@ -6,7 +6,13 @@ reasoning flag, the full rubric, and the judged field texts::
     cache = SqliteCache("judgments.db")
     evaluator = Evaluator(judge, evaluation=settings.evaluation, cache=cache)
 
-Only successful judgments are stored; errors are always retried.
+Only successful judgments are stored; errors are always retried. A judgment
+is stored as the judge sampled it, with its P(UNSAFE) and severity
+probabilities: the evaluator decides the verdict from them on every hit, so a
+changed ``verdict_thresholds`` applies to cached judgments too, for free.
+Judgments made without asking for log-probabilities have their own keys: once
+a judge asks, it judges those texts again rather than reuse verdicts that
+carry no probability.
 """
 
 from __future__ import annotations
@@ -26,19 +32,28 @@ __all__ = ["JudgmentCache", "MemoryCache", "SqliteCache", "cache_key"]
 
 
 def cache_key(model: str, rubric: MetricRubric, judged: dict[str, str], scoring_mode: str,
-              include_reasoning: bool, *, calls: str = "per_metric") -> str:
+              include_reasoning: bool, *, calls: str = "per_metric",
+              logprobs: bool = False) -> str:
     """A stable digest of everything that determines one metric's verdict.
 
     Per metric in either ``judge_calls`` mode (a message with some metrics
     cached asks only for the rest). A verdict given in a several-metric call
     came from another prompt, so ``per_message`` keys differ from
     ``per_metric`` ones, which stay as they were (existing caches remain valid).
+    Likewise a judge that asks for log-probabilities (``logprobs``) has keys of
+    its own. The verdict threshold is not in the key: it is applied on reading.
     """
     data = {"model": model, "rubric": rubric.model_dump(mode="json"), "judged": judged,
             "mode": scoring_mode, "reasoning": include_reasoning}
     if calls != "per_metric":
         data["calls"] = calls
+    if logprobs:
+        data["logprobs"] = True
     return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+#: Fields left out of the result's JSON that a stored judgment must keep.
+_KEPT = ("probability_unsafe", "severity_probs", "judge_model")
 
 
 def _as_hit(result: MetricResult) -> MetricResult:
@@ -105,7 +120,9 @@ class SqliteCache:
     def put(self, key: str, result: MetricResult) -> None:
         if result.error is not None:
             return
-        blob = orjson.dumps(result.model_dump(mode="json"))
+        data = result.model_dump(mode="json")
+        data.update({name: getattr(result, name) for name in _KEPT})
+        blob = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
         with self._lock, self._db:
             self._db.execute("INSERT OR REPLACE INTO judgments VALUES (?, ?)", (key, blob))
 
