@@ -11,6 +11,7 @@ import os
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -295,3 +296,54 @@ async def test_prefix_cache_reports_cached_prompt_tokens():
         assert first.usage.prompt_tokens_details.cached_tokens == 0
         cached = second.usage.prompt_tokens_details.cached_tokens
         assert 0 < cached < second.usage.prompt_tokens
+
+
+# --- log-probabilities ---------------------------------------------------------
+
+def _raw_post(server: JudgeServer, body: dict) -> dict:
+    request = urllib.request.Request(server.api_base + "/chat/completions",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def test_logprobs_come_only_when_asked_and_spell_out_the_answer():
+    with JudgeServer() as server:
+        body = {"model": "m", "messages": judge_messages("toxicity", "you idiot"),
+                "response_format": response_format(scale=True)}
+        assert "logprobs" not in _raw_post(server, body)["choices"][0]
+        choice = _raw_post(server, {**body, "logprobs": True, "top_logprobs": 3})["choices"][0]
+        tokens = choice["logprobs"]["content"]
+        content = choice["message"]["content"]
+        assert "".join(t["token"] for t in tokens) == content
+        assert b"".join(bytes(t["bytes"]) for t in tokens) == content.encode()
+        assert all(len(t["top_logprobs"]) <= 3 for t in tokens)
+        # The verdict is written UN + SAFE, as the bundled llama.cpp judge writes it.
+        at = next(t for t in tokens if t["token"] == "UN")
+        assert {a["token"] for a in at["top_logprobs"]} == {"UN", "SAFE"}
+        assert abs(at["logprob"] - math.log(0.98)) < 1e-9
+        digit = next(t for t in tokens if t["token"] == "4")
+        assert digit["top_logprobs"][0] == {"token": "4", "logprob": math.log(0.96),
+                                            "bytes": [52]}
+        server.logprobs = False  # a provider that has none ignores the request
+        assert "logprobs" not in _raw_post(server, {**body, "logprobs": True})["choices"][0]
+
+
+def test_a_marker_or_the_table_sets_p_unsafe_and_the_rule_verdict_follows_it():
+    with JudgeServer() as server:
+        def ask_p(metric, output):
+            choice = _raw_post(server, {"model": "m", "logprobs": True, "top_logprobs": 5,
+                                        "messages": judge_messages(metric, output)})["choices"][0]
+            verdict = json.loads(choice["message"]["content"])["verdict"]
+            at = next(t for t in choice["logprobs"]["content"] if t["token"] in ("UN", "SAFE"))
+            probs = {a["token"]: math.exp(a["logprob"]) for a in at["top_logprobs"]}
+            return verdict, round(probs.get("UN", 0.0), 6)
+
+        assert ask_p("toxicity", "polite p_unsafe.toxicity=0.7") == ("UNSAFE", 0.7)
+        assert ask_p("bias", "polite p_unsafe.toxicity=0.7") == ("SAFE", 0.02)
+        assert ask_p("bias", "you idiot p_unsafe=0.3") == ("SAFE", 0.3)
+        server.p_unsafe["toxicity"] = 0.45
+        assert ask_p("toxicity", "you idiot") == ("SAFE", 0.45)
+        server.reset()
+        assert ask_p("toxicity", "you idiot") == ("UNSAFE", 0.98)

@@ -14,6 +14,8 @@ tests put an API key in Authorization). Clients using litellm should set
                                   num_retries=0, max_retries=0)
     with JudgeServer() as server:           # sync code: serves from a thread
         server.set_outage(True)             # every call now answers 503
+    server.p_unsafe["toxicity"] = 0.7       # logprobs: P(UNSAFE) at the verdict (see
+    server.logprobs = False                 # rule_logprobs); or a provider without them
     # subprocess: first stdout line is the base URL; serves until SIGTERM/SIGINT
     python -m guardrail.local.rule_judge --port 0 --latency-ms 50 --trigger pii=ssn
 """
@@ -39,6 +41,7 @@ from aiohttp import web
 from .rule_answers import (DEFAULT_TRIGGERS, ContentReply, DelayReply, ErrorReply, Reply,
                            answer_shape, hang, make_verdict, message_text, parse_prompt,
                            requested_metrics, rule_answer, rule_verdict)
+from .rule_logprobs import choice_logprobs, steer_answer
 
 __all__ = ["JudgeServer", "ContentReply", "ErrorReply", "DelayReply", "Reply", "Responder",
            "hang", "make_verdict", "rule_verdict", "rule_answer", "requested_metrics",
@@ -53,7 +56,8 @@ def _prompt_text(body: Mapping) -> str:
     return "".join(message_text(m) for m in body.get("messages") or ())
 
 
-def _completion(request_body: Mapping, content: str, cached_tokens: int | None) -> dict:
+def _completion(request_body: Mapping, content: str, cached_tokens: int | None,
+                logprobs: dict | None = None) -> dict:
     prompt_tokens = max(1, len(_prompt_text(request_body)) // 4)
     completion_tokens = max(1, len(content) // 4)
     usage: dict[str, Any] = {"prompt_tokens": prompt_tokens,
@@ -61,11 +65,13 @@ def _completion(request_body: Mapping, content: str, cached_tokens: int | None) 
                              "total_tokens": prompt_tokens + completion_tokens}
     if cached_tokens is not None:
         usage["prompt_tokens_details"] = {"cached_tokens": min(cached_tokens, prompt_tokens)}
+    choice: dict[str, Any] = {"index": 0, "finish_reason": "stop",
+                              "message": {"role": "assistant", "content": content}}
+    if logprobs is not None:
+        choice["logprobs"] = logprobs
     return {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion",
             "created": int(time.time()), "model": request_body.get("model", "test-judge"),
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": content}}],
-            "usage": usage}
+            "choices": [choice], "usage": usage}
 
 
 def _common_prefix(a: str, b: str) -> int:
@@ -92,7 +98,11 @@ class JudgeServer:
     delay, raw content) the reply to the whole call. With ``prefix_cache`` the
     usage reports ``prompt_tokens_details.cached_tokens``: the longest prefix
     this prompt shares with an earlier one, in the same 4-characters-a-token
-    units as ``prompt_tokens`` (as a provider's prompt cache would)."""
+    units as ``prompt_tokens`` (as a provider's prompt cache would). A request
+    asking for ``logprobs`` gets them (unless ``logprobs`` is False), with
+    P(UNSAFE) per metric from ``p_unsafe`` or a ``p_unsafe=`` marker in the
+    output, which the default rule's verdict then follows
+    (:mod:`~guardrail.local.rule_logprobs`)."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, latency: float = 0.0,
                  triggers: Mapping[str, Iterable[str]] | None = None,
@@ -100,6 +110,10 @@ class JudgeServer:
                  max_recorded: int = 10_000, prefix_cache: bool = False) -> None:
         self.host, self.port, self.latency, self.responder = host, port, latency, responder
         self.prefix_cache = prefix_cache
+        #: Answer ``logprobs`` when asked (False: a provider that has none).
+        self.logprobs = True
+        #: P(UNSAFE) by metric name (``"*"``: any metric) at the verdict token.
+        self.p_unsafe: dict[str, float] = {}
         self._prompts: collections.deque[str] = collections.deque(maxlen=64)
         self.outage, self.outage_status = False, outage_status
         self.triggers: dict[str, frozenset[str]] = dict(DEFAULT_TRIGGERS)
@@ -130,8 +144,11 @@ class JudgeServer:
         self.outage = on
 
     def reset(self) -> None:
-        """Forget recorded calls, counters and pending script; end any outage."""
+        """Forget recorded calls, counters and pending script; end any outage and
+        any set probabilities."""
         self._script.clear()
+        self.p_unsafe.clear()
+        self.logprobs = True
         self.requests.clear()
         self._prompts.clear()
         self.calls = self.errors = 0
@@ -169,7 +186,7 @@ class JudgeServer:
             await asyncio.sleep(reply.seconds)
             reply = reply.then
         if reply is None:
-            reply = rule_answer(body, triggers=self.triggers)
+            reply = steer_answer(rule_answer(body, triggers=self.triggers), body, self.p_unsafe)
         return self._render(body, reply)
 
     async def _choose(self, body: dict, fields: dict[str, str], metric: str) -> Reply:
@@ -209,7 +226,9 @@ class JudgeServer:
             reply = json.dumps(reply)
         if not isinstance(reply, str):
             return self._error(ErrorReply(500, message=f"bad reply {type(reply).__name__}"))
-        return web.json_response(_completion(body, reply, self._cached_tokens(body)))
+        logprobs = (choice_logprobs(body, reply, self.p_unsafe)
+                    if self.logprobs and body.get("logprobs") else None)
+        return web.json_response(_completion(body, reply, self._cached_tokens(body), logprobs))
 
     def _error(self, reply: ErrorReply) -> web.Response:
         self.errors += 1
