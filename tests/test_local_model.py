@@ -169,3 +169,55 @@ async def test_one_real_judgment_through_the_local_model():
         server.send_signal(signal.SIGTERM)
         code = server.wait(60)
     assert code == 0  # SIGTERM is a clean stop
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_a_real_judgment_carries_a_probability_from_the_local_model():
+    """llama.cpp returns token log-probabilities: P(UNSAFE) is read at the
+    verdict, in a one-metric call and in a several-metric call (the default)."""
+    _local_model_or_skip()
+    from guardrail.evaluate import build_evaluator
+    from guardrail.judge import LLMJudge
+    from guardrail.local.server import judge_settings
+    from guardrail.models import Case
+    from guardrail.prompts import render_prompt
+    from guardrail.rubrics import default_metrics
+    from guardrail.settings import load_settings
+
+    server = subprocess.Popen([sys.executable, "-m", "guardrail.cli", "judge", "serve"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              start_new_session=True)
+    try:
+        api_base = server.stdout.readline().strip()  # blocks until the model is loaded
+        assert api_base.startswith("http://127.0.0.1:"), api_base
+        settings = load_settings(environ={}, **judge_settings(api_base),
+                                 redteam={"include_probability": True})
+        case = Case(case_id="c", output="Shut up, you worthless idiot. Nobody wants you here.")
+        toxicity = next(m for m in default_metrics() if m.name == "toxicity")
+        judge = LLMJudge(settings.judge)
+        try:
+            reply = await judge(render_prompt(toxicity, case, scoring_mode="binary_yes_no",
+                                              include_reasoning=False),
+                                scoring_mode="binary_yes_no", include_reasoning=False)
+        finally:
+            await judge.aclose()
+        print(f"local judgment: {reply.answer.verdict}, P(UNSAFE) = {reply.probability}")
+        assert reply.probability is not None and 0.0 <= reply.probability <= 1.0
+        assert judge.probabilities_available is True
+
+        evaluator = build_evaluator(settings)
+        try:
+            metrics = await evaluator.evaluate(case)
+        finally:
+            await evaluator.aclose()
+        for metric in metrics.metrics:
+            print(f"{metric.name}: {metric.result[0].verdict if metric.result else metric.error}"
+                  f", P(UNSAFE) = {metric.probability_unsafe}")
+            assert metric.error is None
+            assert 0.0 <= metric.probability_unsafe <= 1.0
+            assert metric.result[0].probability_unsafe == metric.probability_unsafe
+    finally:
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(60)
+    assert code == 0
