@@ -87,7 +87,8 @@ def score_answer(reply: JudgeReply, *, name: str, scoring_mode: ScoringMode,
     usage = reply.usage
     return MetricResult(name=name, score=score, result=[verdict], dropped_spans=dropped,
                         input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                        cost=usage.cost, cached_tokens=usage.cached_tokens)
+                        cost=usage.cost, cached_tokens=usage.cached_tokens,
+                        judge_seconds=usage.seconds)
 
 
 def _error_result(name: str, message: str, usage: Usage | None = None, *,
@@ -96,7 +97,7 @@ def _error_result(name: str, message: str, usage: Usage | None = None, *,
     return MetricResult(name=name, score=None, result=[], error=message,
                         input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                         cost=usage.cost, cached_tokens=usage.cached_tokens,
-                        unavailable=unavailable)
+                        unavailable=unavailable, judge_seconds=usage.seconds)
 
 
 def _failed(name: str, exc: BaseException, usage: Usage | None = None) -> MetricResult:
