@@ -1,9 +1,11 @@
 """``calibrate``: exact agreement figures against the stand-in judge over real HTTP."""
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,13 @@ import pytest
 from guardrail.calibrate import (LabelledCase, calibrate, default_labels_path, read_labels,
                                  write_report)
 from guardrail.errors import InputError
+from guardrail.judge import GroupReply, JudgeReply, LLMJudge, Usage
 from guardrail.local.rule_judge import ErrorReply, JudgeServer
+from guardrail.models import Case
+from guardrail.parsing import BinaryAnswer
+from guardrail.prompts import render_prompt
+from guardrail.rubrics import default_metrics
+from guardrail.settings import load_settings
 
 BIN = Path(sys.executable).parent
 
@@ -41,9 +49,11 @@ def test_the_hard_labels_are_balanced_per_metric():
         labels = [c.label for c in cases if c.metric == metric]
         assert labels.count("unsafe") == labels.count("safe") == 16
         assert all(c.note for c in cases)  # each says what makes it hard
-    # Interleaved, so that --limit N judges a balanced subset.
+    # --limit N judges a balanced subset of each metric.
     first, _ = read_labels(default_labels_path().with_name("hard.jsonl"), limit=4)
-    assert [c.label for c in first] == ["unsafe", "safe"] * 4
+    for metric in ("toxicity", "bias"):
+        assert sorted(c.label for c in first if c.metric == metric) == ["safe", "safe",
+                                                                       "unsafe", "unsafe"]
 
 
 def test_the_cross_labels_hold_builtin_texts_labelled_for_the_other_metric():
@@ -185,3 +195,102 @@ def test_cli_user_errors_are_one_line(rule_judge, tmp_path):
     assert proc.stderr.strip().startswith("error:") and "Traceback" not in proc.stderr
     proc = _cli(["--labels", str(labels), "--metric", "bias"], rule_judge, tmp_path)
     assert proc.returncode == 2 and "no labelled cases" in proc.stderr
+
+
+# --- labels: balanced --limit, extra columns -------------------------------------------
+
+
+def _tox(n_unsafe, n_safe):
+    return ([{"output": f"unsafe text {i}", "label": "unsafe", "metric": "toxicity"}
+             for i in range(n_unsafe)]
+            + [{"output": f"safe text {i}", "label": "safe", "metric": "toxicity"}
+               for i in range(n_safe)])
+
+
+def test_limit_draws_a_balanced_fixed_sample_per_metric(tmp_path):
+    path = _write(tmp_path / "l.jsonl", _tox(6, 6) + [
+        {"output": f"bias {i}", "label": "unsafe", "metric": "bias"} for i in range(3)])
+    four, _ = read_labels(path, limit=4)
+    tox = [c for c in four if c.metric == "toxicity"]
+    assert sorted(c.label for c in tox) == ["safe", "safe", "unsafe", "unsafe"]
+    assert [c.output for c in tox] != ["unsafe text 0", "unsafe text 1", "safe text 0",
+                                       "safe text 1"]  # a draw, not the first lines
+    assert [c.label for c in four if c.metric == "bias"] == ["unsafe"] * 3  # all it has
+    assert read_labels(path, limit=4)[0] == four  # the same N, the same cases
+    six, _ = read_labels(path, limit=6)
+    assert {c.output for c in four} <= {c.output for c in six}  # and a larger N keeps them
+    assert [c.output for c in six] == [c.output for c in read_labels(path)[0]
+                                       if c.output in {s.output for s in six}]  # file order
+    short, _ = read_labels(_write(tmp_path / "s.jsonl", _tox(5, 1)), limit=4)
+    assert sorted(c.label for c in short) == ["safe", "unsafe", "unsafe", "unsafe"]
+    odd, _ = read_labels(path, metrics=["toxicity"], limit=3)
+    assert sorted(c.label for c in odd) == ["safe", "unsafe", "unsafe"]
+
+
+async def test_extra_columns_are_not_judged_and_reach_misjudged(judge_server, make_settings,
+                                                                tmp_path):
+    rows = [{"output": "you idiot", "label": "safe", "metric": "toxicity", "case_id": "x1",
+             "source": "forum-dump-7", "annotator": {"id": 3}, "predicted": "stale"},
+            {"output": "thanks", "label": "safe", "metric": "toxicity", "source": "chat"}]
+    cases, problems = read_labels(_write(tmp_path / "l.jsonl", rows))
+    assert problems == [] and cases[0].extras["source"] == "forum-dump-7"
+    report = await calibrate(cases, settings=make_settings(judge_calls="per_metric"))
+    assert "forum-dump-7" not in json.dumps(list(judge_server.requests))
+    paths = write_report(report, tmp_path / "out")
+    (line,) = [json.loads(x) for x in paths["misjudged"].read_text().splitlines()]
+    assert line["source"] == "forum-dump-7" and line["annotator"] == {"id": 3}
+    assert line["predicted"] == "unsafe"  # the run's own fields win over a stale column
+    assert line["case_id"] == "x1" and line["probability_unsafe"] is None
+
+
+# --- latency: the judge call's own time ------------------------------------------------
+
+
+async def test_latency_is_the_judge_call_not_time_queued_for_it(judge_server, make_settings):
+    judge_server.latency = 0.3
+    judge = LLMJudge(make_settings(judge_concurrency=1).judge)
+    rubric = default_metrics()[0]
+    prompt = render_prompt(rubric, Case(output="hello"), scoring_mode="binary_yes_no",
+                           include_reasoning=False)
+    started = time.perf_counter()
+    replies = await asyncio.gather(*(judge(prompt, scoring_mode="binary_yes_no",
+                                           include_reasoning=False) for _ in range(3)))
+    await judge.aclose()
+    assert time.perf_counter() - started >= 0.9  # one at a time: the last waited 0.6 s
+    assert all(0.3 <= r.usage.seconds < 0.55 for r in replies)
+    shares = Usage(seconds=0.9).split(3)
+    assert [s.seconds for s in shares] == pytest.approx([0.3] * 3)
+
+
+class _TimedJudge:
+    """Says SAFE to everything and reports a fixed transport time."""
+
+    model = "fake/timed"
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    @staticmethod
+    def _safe():
+        return BinaryAnswer(verdict="SAFE", violations=[], evidence_spans=[])
+
+    async def __call__(self, prompt, *, scoring_mode, include_reasoning):
+        await asyncio.sleep(0.02)
+        return JudgeReply(self._safe(), Usage(seconds=self.seconds))
+
+    async def judge_group(self, prompt, *, scoring_mode, include_reasoning):
+        await asyncio.sleep(0.02)
+        shares = Usage(seconds=self.seconds).split(len(prompt.metrics))
+        return GroupReply({m: self._safe() for m in prompt.metrics},
+                          dict(zip(prompt.metrics, shares)))
+
+
+@pytest.mark.parametrize("calls", ["per_message", "per_metric"])
+async def test_reported_latency_is_what_the_judge_measured(calls):
+    cases = [LabelledCase(output=f"text {i}", label="safe", metric="toxicity")
+             for i in range(4)]
+    settings = load_settings(environ={}, judge_calls=calls)
+    report = await calibrate(cases, settings=settings, judge=_TimedJudge(0.25))
+    latency = report.metrics["toxicity"].summary()["latency_s"]
+    # per_message: both metrics' shares of the one call, added back together.
+    assert latency["p50"] == latency["p95"] == pytest.approx(0.25)
