@@ -31,7 +31,8 @@ import orjson
 import yaml
 
 from ._tasks import gather_or_cancel
-from .calibration_report import NO_PROBABILITIES, CalibrationReport, MetricReport, Outcome
+from .calibration_report import (NO_PROBABILITIES, CalibrationReport, MetricReport, Outcome,
+                                 Predicted)
 from .curves_html import Panel, render_curves
 from .errors import InputError
 from .evaluate import aggregate_cost, build_evaluator
@@ -47,7 +48,7 @@ __all__ = ["LabelledCase", "Outcome", "MetricReport", "CalibrationReport", "Targ
            "thresholds_file_text", "NO_PROBABILITIES"]
 
 
-def _predicted(result: MetricResult) -> str:
+def _predicted(result: MetricResult) -> Predicted:
     if result.error is not None or not result.result:
         return "error"
     return "safe" if result.result[0].passed else "unsafe"
@@ -86,8 +87,8 @@ async def calibrate(cases: Sequence[LabelledCase], *, settings: Settings,
             else:
                 result = await evaluator.evaluate_metric(case, rubrics[labelled.metric], config)
             wall = time.perf_counter() - t0
-        outcome = Outcome(index, labelled, _predicted(result),  # type: ignore[arg-type]
-                          result.judge_seconds or wall, result)
+        outcome = Outcome(index, labelled, _predicted(result), result.judge_seconds or wall,
+                          result)
         if progress is not None:
             progress(outcome)
         return outcome

@@ -27,7 +27,7 @@ from .models import MetricResult
 from .thresholds import (DEFAULT_THRESHOLD, Choice, Judged, Point, Target, curve, figures,
                          point_at, recommend)
 
-__all__ = ["Outcome", "MetricReport", "CalibrationReport", "NO_PROBABILITIES"]
+__all__ = ["Outcome", "MetricReport", "CalibrationReport", "NO_PROBABILITIES", "Predicted"]
 
 Predicted = Literal["unsafe", "safe", "error"]
 

@@ -54,19 +54,16 @@ def _y(value: float) -> float:
 
 
 def _step_path(points: Sequence[Point], figure: Callable[[Point], float | None]) -> str:
-    """A step line; undefined stretches (precision with nothing flagged) are gaps."""
+    """A step line: a point's value holds from the previous cut (or 0) up to its
+    own threshold. Undefined stretches (precision with nothing flagged) are gaps."""
     parts: list[str] = []
-    previous: float | None = None
+    start, drawing = 0.0, False
     for point in points:
         value = figure(point)
-        if value is None:
-            previous = None
-        elif previous is None:
-            parts.append(f"M{_x(point.threshold)} {_y(value)}")
-        else:  # up or down at the previous cut, then level up to this one
-            parts.append(f"L{_x(previous)} {_y(value)}L{_x(point.threshold)} {_y(value)}")
         if value is not None:
-            previous = point.threshold
+            parts.append(f"{'L' if drawing else 'M'}{_x(start)} {_y(value)}"
+                         f"L{_x(point.threshold)} {_y(value)}")
+        drawing, start = value is not None, point.threshold
     return "".join(parts)
 
 

@@ -132,10 +132,11 @@ def _floor(probability: float) -> float:
 
 def cuts(judged: Iterable[Judged], *, extra: Iterable[float] = ()) -> list[float]:
     """Every threshold worth evaluating, ascending: each distinct probability (a
-    threshold between two of them changes nothing), the :data:`GRID`, and
+    threshold between two of them changes nothing), the :data:`GRID`, 1.0 and
     ``extra`` (e.g. the configured threshold)."""
     found = {_floor(c.probability) for c in judged if c.probability is not None}
-    return sorted(found | set(GRID) | {DEFAULT_THRESHOLD} | set(extra))
+    # 1.0, the highest setting: only a judge certain of UNSAFE flags anything.
+    return sorted(found | set(GRID) | {DEFAULT_THRESHOLD, 1.0} | set(extra))
 
 
 def curve(judged: Sequence[Judged], *, extra: Iterable[float] = ()) -> list[Point]:
