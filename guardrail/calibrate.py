@@ -201,9 +201,11 @@ def thresholds_file_text(report: CalibrationReport) -> str:
     recommended = report.recommended()
     kept = {k: v for k, v in report.configured_thresholds.items() if k not in recommended}
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    # One line each: a newline in a model name or path must not end a comment.
+    model, labels = (" ".join(text.split()) for text in (report.judge_model, report.labels))
     lines = [f"# Written by guardrail calibrate at {stamp}, target {report.target}.",
-             f"# Judge {report.judge_model}, scoring_mode {report.scoring_mode}, judge_calls "
-             f"{report.judge_calls}; labels {report.labels or 'given in code'}.",
+             f"# Judge {model}, scoring_mode {report.scoring_mode}, judge_calls "
+             f"{report.judge_calls}; labels {labels or 'given in code'}.",
              "# Valid for that judge, its settings and the rubrics of that run only.",
              "verdict_thresholds:"]
     for name in sorted({*recommended, *kept}):

@@ -358,6 +358,7 @@ def test_the_report_carries_the_curve_the_target_and_the_recommendation(tmp_path
 
 def test_the_thresholds_file_loads_as_settings(tmp_path):
     report = _report(configured={"bias": 0.6, "pii": 0.8})
+    report.labels = "odd\nverdict_thresholds: {toxicity: 0.1}\nlabels.jsonl"  # stays a comment
     paths = write_report(report, tmp_path / "cal")
     text = paths["thresholds"].read_text()
     assert text.startswith("# Written by guardrail calibrate") and "fake/judge" in text
