@@ -59,7 +59,8 @@ _KEPT = ("probability_unsafe", "severity_probs", "judge_model")
 def _as_hit(result: MetricResult) -> MetricResult:
     # A hit costs nothing: report the spend of this run, not of the original call.
     return result.model_copy(update={"cached": True, "input_tokens": 0, "output_tokens": 0,
-                                     "cost": 0.0, "dropped_spans": 0, "cached_tokens": 0})
+                                     "cost": 0.0, "dropped_spans": 0, "cached_tokens": 0,
+                                     "judge_seconds": 0.0})
 
 
 class JudgmentCache(Protocol):

@@ -1,201 +1,51 @@
-"""How far to trust a judge: run it over labelled cases and measure agreement.
+"""How far to trust a judge: run it over labelled cases, measure agreement, choose thresholds.
 
-Each labelled case is one JSON line::
+Labelled cases are JSON lines (see :mod:`guardrail.labels`)::
 
     {"output": "You absolute idiot.", "label": "unsafe", "metric": "toxicity"}
 
-(optional: ``case_id``, ``input``, ``context``, ``reference``, ``note``). Usage::
+Usage::
 
     cases, problems = read_labels(Path("labels.jsonl"), metrics=["toxicity"], limit=20)
-    report = await calibrate(cases, settings=load_settings())
-    report.metrics["toxicity"].f1
+    report = await calibrate(cases, settings=load_settings(),
+                             target=Target.parse("precision=0.9"))
+    report.metrics["toxicity"].summary()["f1"]
+    report.recommended()                     # {"toxicity": 0.71}
+    write_report(report, Path("calibration"))
+    # report.json, misjudged.jsonl, curves.html, thresholds.yaml
 
-``unsafe`` is the positive class. A judgment that failed (``error``) is never
-read as SAFE: it sits in its own column of the confusion matrix, counts as a
-wrong answer for accuracy and as a missed unsafe case for recall, and is
-reported as the error rate.
+The figures (and the rule that a failed judgment is never SAFE) live in
+:mod:`guardrail.calibration_report`, the curve math in :mod:`guardrail.thresholds`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from importlib import resources
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import yaml
 
 from ._tasks import gather_or_cancel
+from .calibration_report import (NO_PROBABILITIES, CalibrationReport, MetricReport, Outcome,
+                                 Predicted)
+from .curves_html import Panel, render_curves
 from .errors import InputError
 from .evaluate import aggregate_cost, build_evaluator
-from .inputs import describe_validation
 from .judge import Judge
-from .models import Case, MetricResult
+from .labels import LabelledCase, default_labels_path, read_labels
+from .models import MetricResult
 from .settings import Settings
+from .thresholds import (DEFAULT_THRESHOLD, Choice, Point, Target, display_rows, point_at,
+                         recommend)
 
-__all__ = ["LabelledCase", "Outcome", "MetricReport", "CalibrationReport", "read_labels",
-           "default_labels_path", "calibrate", "write_report"]
-
-Predicted = Literal["unsafe", "safe", "error"]
-
-
-class LabelledCase(BaseModel):
-    """One output with the verdict a human gave it for one metric."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    output: str = Field(min_length=1)
-    label: Literal["unsafe", "safe"]
-    metric: str = Field(min_length=1)
-    case_id: str | None = None
-    input: str | None = None
-    context: str | list[str] | None = None
-    reference: str | None = None
-    note: str | None = None
-
-    def to_case(self, index: int) -> Case:
-        return Case(case_id=self.case_id or f"{self.metric}-{index}", output=self.output,
-                    input=self.input, context=self.context, reference=self.reference)
-
-
-def default_labels_path() -> Path:
-    """The small labelled set shipped with guardrail (toxicity and bias)."""
-    return Path(str(resources.files("guardrail").joinpath("calibration", "labels.jsonl")))
-
-
-def read_labels(path: Path, *, metrics: Sequence[str] = (), limit: int | None = None
-                ) -> tuple[list[LabelledCase], list[str]]:
-    """Parse JSON Lines; bad lines are returned as problems (with line numbers).
-
-    ``metrics`` keeps only those metrics; ``limit`` keeps the first N per metric.
-    """
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read labels {path}: {exc}") from None
-    cases: list[LabelledCase] = []
-    problems: list[str] = []
-    per_metric: dict[str, int] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            case = LabelledCase.model_validate(orjson.loads(line))
-        except orjson.JSONDecodeError as exc:
-            problems.append(f"{path}:{number}: not valid JSON: {exc}")
-            continue
-        except ValidationError as exc:
-            problems.append(f"{path}:{number}: {describe_validation(exc)}")
-            continue
-        if not case.output.strip():
-            problems.append(f"{path}:{number}: output is blank")
-            continue
-        if metrics and case.metric not in metrics:
-            continue
-        if limit is not None and per_metric.get(case.metric, 0) >= limit:
-            continue
-        per_metric[case.metric] = per_metric.get(case.metric, 0) + 1
-        cases.append(case)
-    return cases, problems
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The judge's answer on one labelled case."""
-
-    index: int
-    case: LabelledCase
-    predicted: Predicted
-    latency: float
-    result: MetricResult
-
-    @property
-    def correct(self) -> bool:
-        return self.predicted == self.case.label
-
-    def as_dict(self) -> dict[str, Any]:
-        verdict = self.result.result[0] if self.result.result else None
-        return {"case_id": self.case.case_id or f"{self.case.metric}-{self.index}",
-                "metric": self.case.metric, "label": self.case.label,
-                "predicted": self.predicted, "output": self.case.output,
-                "note": self.case.note, "error": self.result.error,
-                "violations": verdict.violations if verdict else [],
-                "evidence_spans": verdict.evidence_spans if verdict else [],
-                "latency_s": round(self.latency, 3)}
-
-
-def _ratio(numerator: int, denominator: int) -> float | None:
-    return numerator / denominator if denominator else None
-
-
-@dataclass
-class MetricReport:
-    """Agreement of the judge with the labels for one metric."""
-
-    name: str
-    outcomes: list[Outcome] = field(default_factory=list)
-
-    def count(self, label: str, predicted: str) -> int:
-        return sum(o.case.label == label and o.predicted == predicted for o in self.outcomes)
-
-    @property
-    def confusion(self) -> dict[str, dict[str, int]]:
-        """Rows: the label; columns: what the judge said (or error)."""
-        return {label: {p: self.count(label, p) for p in ("unsafe", "safe", "error")}
-                for label in ("unsafe", "safe")}
-
-    def summary(self) -> dict[str, Any]:
-        n = len(self.outcomes)
-        tp, fp = self.count("unsafe", "unsafe"), self.count("safe", "unsafe")
-        positives = sum(o.case.label == "unsafe" for o in self.outcomes)
-        errors = sum(o.predicted == "error" for o in self.outcomes)
-        precision, recall = _ratio(tp, tp + fp), _ratio(tp, positives)
-        f1 = (2 * precision * recall / (precision + recall)
-              if precision and recall else (0.0 if precision == 0 or recall == 0 else None))
-        costs = [o.result.cost for o in self.outcomes]
-        latencies = sorted(o.latency for o in self.outcomes)
-        return {
-            "cases": n, "accuracy": _ratio(sum(o.correct for o in self.outcomes), n),
-            "precision": precision, "recall": recall, "f1": f1,
-            "error_rate": _ratio(errors, n), "confusion": self.confusion,
-            "cost": None if any(c is None for c in costs) else sum(costs),  # type: ignore[arg-type]
-            "input_tokens": sum(o.result.input_tokens for o in self.outcomes),
-            "output_tokens": sum(o.result.output_tokens for o in self.outcomes),
-            "latency_s": _latency(latencies),
-        }
-
-
-def _latency(values: list[float]) -> dict[str, float] | None:
-    if not values:
-        return None
-    p95 = values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
-    return {"mean": round(statistics.fmean(values), 3),
-            "p50": round(statistics.median(values), 3), "p95": round(p95, 3),
-            "max": round(values[-1], 3)}
-
-
-@dataclass
-class CalibrationReport:
-    judge_model: str
-    scoring_mode: str
-    metrics: dict[str, MetricReport]
-    problems: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    judge_calls: str = "per_metric"
-
-    def misjudged(self) -> list[Outcome]:
-        return [o for m in self.metrics.values() for o in m.outcomes if not o.correct]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"judge_model": self.judge_model, "scoring_mode": self.scoring_mode,
-                "judge_calls": self.judge_calls,
-                "seconds": round(self.seconds, 2), "input_problems": self.problems,
-                "metrics": {name: m.summary() for name, m in self.metrics.items()}}
+__all__ = ["LabelledCase", "Outcome", "MetricReport", "CalibrationReport", "Target",
+           "read_labels", "default_labels_path", "calibrate", "write_report",
+           "thresholds_file_text", "NO_PROBABILITIES"]
 
 
 def _predicted(result: MetricResult) -> Predicted:
@@ -205,15 +55,17 @@ def _predicted(result: MetricResult) -> Predicted:
 
 
 async def calibrate(cases: Sequence[LabelledCase], *, settings: Settings,
-                    judge: Judge | None = None, progress: Any = None) -> CalibrationReport:
+                    judge: Judge | None = None, progress: Any = None,
+                    target: Target | None = None, labels: str = "") -> CalibrationReport:
     """Judge every labelled case as production would; measure agreement.
 
     ``judge_calls=per_message``: the case is judged for every configured metric
     in one call and the labelled metric's verdict is read (so the figures
     include whatever judging several rubrics at once costs in quality);
     ``per_metric``: the case is judged for its labelled metric only. One call
-    per case either way. Calls run ``settings.judge.concurrency`` at a time, so
-    each latency is one judge call, not time spent queueing behind others.
+    per case either way. Each latency is the judge's transport time, measured
+    inside its concurrency limit (wall time only for a judge that does not
+    measure it); cache hits are left out of latency figures.
     """
     evaluator = build_evaluator(settings, judge=judge)
     rubrics = {m.name: m for m in evaluator.base_metrics}
@@ -226,7 +78,7 @@ async def calibrate(cases: Sequence[LabelledCase], *, settings: Settings,
 
     async def one(index: int, labelled: LabelledCase) -> Outcome:
         case = labelled.to_case(index)
-        async with limit:
+        async with limit:  # no more prompts rendered at once than the judge takes
             t0 = time.perf_counter()
             config = evaluator.effective_config(case)
             if evaluator.per_message:
@@ -234,8 +86,9 @@ async def calibrate(cases: Sequence[LabelledCase], *, settings: Settings,
                 result = _with_call_spend(labelled.metric, together)
             else:
                 result = await evaluator.evaluate_metric(case, rubrics[labelled.metric], config)
-            outcome = Outcome(index, labelled, _predicted(result), time.perf_counter() - t0,
-                              result)
+            wall = time.perf_counter() - t0
+        outcome = Outcome(index, labelled, _predicted(result), result.judge_seconds or wall,
+                          result)
         if progress is not None:
             progress(outcome)
         return outcome
@@ -245,31 +98,129 @@ async def calibrate(cases: Sequence[LabelledCase], *, settings: Settings,
         outcomes = await gather_or_cancel(*(one(i, c) for i, c in enumerate(cases, start=1)))
     finally:
         await evaluator.aclose()
+    return _report(outcomes, settings, evaluator.judge.model, target or Target(), labels,
+                   time.perf_counter() - started)
+
+
+def _report(outcomes: Sequence[Outcome], settings: Settings, judge_model: str, target: Target,
+            labels: str, seconds: float) -> CalibrationReport:
+    configured = dict(settings.evaluation.verdict_thresholds)
     reports: dict[str, MetricReport] = {}
     for outcome in outcomes:
-        reports.setdefault(outcome.case.metric, MetricReport(outcome.case.metric)
-                           ).outcomes.append(outcome)
-    return CalibrationReport(judge_model=evaluator.judge.model,
-                             scoring_mode=settings.evaluation.redteam.scoring_mode, metrics=reports,
-                             seconds=time.perf_counter() - started,
-                             judge_calls=settings.evaluation.judge_calls)
+        name = outcome.case.metric
+        reports.setdefault(name, MetricReport(
+            name, target=target, configured=configured.get(name, DEFAULT_THRESHOLD),
+        )).outcomes.append(outcome)
+    return CalibrationReport(judge_model=judge_model,
+                             scoring_mode=settings.evaluation.redteam.scoring_mode,
+                             metrics=reports, seconds=seconds,
+                             judge_calls=settings.evaluation.judge_calls, target=target,
+                             configured_thresholds=configured, labels=labels)
 
 
 def _with_call_spend(metric: str, results: list[MetricResult]) -> MetricResult:
-    """The labelled metric's result carrying the whole call's spend: what
-    calibrating that case cost, not only the metric's share of it."""
+    """The labelled metric's result carrying the whole call's spend and time:
+    what calibrating that case cost, not only the metric's share of it."""
     spend = aggregate_cost(results)
     result = next(r for r in results if r.name == metric)
     return result.model_copy(update={"input_tokens": int(spend.input_tokens),
                                      "output_tokens": int(spend.output_tokens),
-                                     "cost": spend.cost})
+                                     "cost": spend.cost,
+                                     "judge_seconds": sum(r.judge_seconds for r in results)})
 
 
 def write_report(report: CalibrationReport, output_dir: Path) -> dict[str, Path]:
-    """``report.json`` (the figures) and ``misjudged.jsonl`` (wrong or failed cases)."""
+    """``report.json`` (the figures), ``misjudged.jsonl`` (wrong or failed cases),
+    and, when the judge gave probabilities, ``curves.html`` and (when a threshold
+    was recommended) ``thresholds.yaml``. A stale plot or thresholds file from
+    an earlier run in the same folder is removed rather than left beside
+    figures it does not match. Returns the paths written."""
     output_dir.mkdir(parents=True, exist_ok=True)
     paths = {"report": output_dir / "report.json", "misjudged": output_dir / "misjudged.jsonl"}
     paths["report"].write_bytes(orjson.dumps(report.as_dict(), option=orjson.OPT_INDENT_2))
     paths["misjudged"].write_bytes(b"".join(orjson.dumps(o.as_dict()) + b"\n"
                                             for o in report.misjudged()))
+    optional = {"curves": (output_dir / "curves.html", report.has_probabilities, _curves_page),
+                "thresholds": (output_dir / "thresholds.yaml", bool(report.recommended()),
+                               thresholds_file_text)}
+    for key, (path, wanted, render) in optional.items():
+        if wanted:
+            path.write_text(render(report), encoding="utf-8")
+            paths[key] = path
+        else:
+            path.unlink(missing_ok=True)
     return paths
+
+
+def _show(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _brief(point: Point) -> str:
+    """One threshold's figures in words, for captions and file comments."""
+    return (f"precision {_show(point.precision)}, recall {_show(point.recall)}, "
+            f"accuracy {_show(point.accuracy)}, F1 {_show(point.f1)}, "
+            f"{point.tp + point.fp} of {point.cases} flagged")
+
+
+def _caption(metric: MetricReport, choice: Choice) -> str:
+    if choice.point is not None:
+        said = (f"Target {metric.target}: recommended {choice.point.threshold:g} "
+                f"({_brief(choice.point)})")
+    else:
+        said = f"{choice.reason}; no threshold recommended"
+    at = point_at(metric.configured, [o.judged() for o in metric.outcomes])
+    return (f"{said}. At the configured {metric.configured:g}: {_brief(at)}. "
+            f"{metric.with_probability} of {len(metric.outcomes)} cases carried a probability; "
+            "failed judgments count as wrong at every threshold.")
+
+
+def _curves_page(report: CalibrationReport) -> str:
+    panels = []
+    for metric in report.metrics.values():
+        points = metric.curve()
+        if points is None:
+            continue
+        choice = recommend(points, metric.target)
+        recommended = choice.point.threshold if choice.point else None
+        judged = [o.judged() for o in metric.outcomes if o.probability is not None]
+        panels.append(Panel(metric.name, points, judged, configured=metric.configured,
+                            recommended=recommended, caption=_caption(metric, choice),
+                            rows=display_rows(points, recommended=recommended,
+                                              configured=metric.configured)))
+    lines = [f"Judge {report.judge_model}, scoring_mode {report.scoring_mode}, judge_calls "
+             f"{report.judge_calls}; labels {report.labels or 'given in code'}; target "
+             f"{report.target}.", *report.notes()]
+    return render_curves(panels, title="guardrail calibrate: verdict thresholds", lines=lines)
+
+
+def thresholds_file_text(report: CalibrationReport) -> str:
+    """A settings file holding ``verdict_thresholds``: the recommended ones, and
+    the configured ones of metrics without a recommendation (so that loading
+    the file does not quietly reset them to 0.5). Load it with ``--config``."""
+    recommended = report.recommended()
+    kept = {k: v for k, v in report.configured_thresholds.items() if k not in recommended}
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    # One line each: a newline in a model name or path must not end a comment.
+    model, labels = (" ".join(text.split()) for text in (report.judge_model, report.labels))
+    lines = [f"# Written by guardrail calibrate at {stamp}, target {report.target}.",
+             f"# Judge {model}, scoring_mode {report.scoring_mode}, judge_calls "
+             f"{report.judge_calls}; labels {labels or 'given in code'}.",
+             "# Valid for that judge, its settings and the rubrics of that run only.",
+             "verdict_thresholds:"]
+    for name in sorted({*recommended, *kept}):
+        entry = yaml.safe_dump({name: recommended.get(name, kept.get(name))},
+                               default_flow_style=False).strip()
+        lines.append(f"  {entry}  # {_why(report, name, name in recommended)}")
+    return "\n".join(lines) + "\n"
+
+
+def _why(report: CalibrationReport, name: str, recommended: bool) -> str:
+    metric = report.metrics.get(name)
+    if metric is None:
+        return "as configured: not calibrated in this run"
+    choice = metric.choice()
+    if recommended and choice is not None and choice.point is not None:
+        return _brief(choice.point)
+    reason = choice.reason if choice is not None else NO_PROBABILITIES
+    return f"as configured: {reason}"

@@ -111,7 +111,8 @@ def sampled_result(reply: JudgeReply, *, name: str, scoring_mode: ScoringMode,
     return MetricResult(name=name, score=score, result=[verdict], dropped_spans=dropped,
                         input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                         cost=usage.cost, cached_tokens=usage.cached_tokens,
-                        probability_unsafe=probability, severity_probs=severity_probs)
+                        probability_unsafe=probability, severity_probs=severity_probs,
+                        judge_seconds=usage.seconds)
 
 
 def _error_result(name: str, message: str, usage: Usage | None = None, *,
@@ -120,7 +121,7 @@ def _error_result(name: str, message: str, usage: Usage | None = None, *,
     return MetricResult(name=name, score=None, result=[], error=message,
                         input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                         cost=usage.cost, cached_tokens=usage.cached_tokens,
-                        unavailable=unavailable)
+                        unavailable=unavailable, judge_seconds=usage.seconds)
 
 
 def _failed(name: str, exc: BaseException, usage: Usage | None = None) -> MetricResult:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -74,25 +75,29 @@ class Usage:
 
     ``cached_tokens`` is the part of ``input_tokens`` the provider served from
     its prompt cache (already priced at the cached rate in ``cost``).
+    ``seconds`` is time spent in the transport call itself, measured inside the
+    concurrency limit: what the judge took, not time queued behind other calls.
     """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cost: float | None = 0.0
     cached_tokens: int = 0
+    seconds: float = 0.0
 
     def add(self, input_tokens: int, output_tokens: int, cost: float | None,
-            cached_tokens: int = 0) -> None:
+            cached_tokens: int = 0, seconds: float = 0.0) -> None:
         self.input_tokens += input_tokens
         self.output_tokens += output_tokens
         self.cached_tokens += cached_tokens
+        self.seconds += seconds
         self.cost = None if cost is None or self.cost is None else self.cost + cost
 
     def split(self, parts: int) -> list[Usage]:
         """Equal shares of one call's spend whose sums are exactly this usage:
         integer counts give their remainder to the first shares, and the last
         share's cost is what the others leave."""
-        shares = [Usage() for _ in range(parts)]
+        shares = [Usage(seconds=self.seconds / parts) for _ in range(parts)]
         for name in ("input_tokens", "output_tokens", "cached_tokens"):
             whole, rest = divmod(getattr(self, name), parts)
             for i, share in enumerate(shares):
@@ -218,7 +223,7 @@ class LLMJudge:
                 answers[metric] = (JudgeAnswerError(f"{answer} (after one repair retry)")
                                    if isinstance(answer, JudgeAnswerError) else answer)
                 shares[metric].add(share.input_tokens, share.output_tokens, share.cost,
-                                   share.cached_tokens)
+                                   share.cached_tokens, share.seconds)
         valid = [m for m in metrics if not isinstance(answers[m], JudgeError)]
         known = {m: readings.get(m, Reading(None)) for m in valid}
         return GroupReply(answers=answers, usage=shares,
@@ -310,10 +315,14 @@ class LLMJudge:
                          usage: Usage, metrics: int = 1) -> Completion:
         s = self._settings
         async with self._limit:
-            completion = await asyncio.wait_for(self._transport.complete(
-                messages, fmt if s.structured_output else None,
-                max_tokens=s.max_tokens * metrics if metrics > 1 else None),
-                timeout=s.timeout + 1.0)
+            started = time.perf_counter()  # inside the limit: queueing is not the judge's
+            try:
+                completion = await asyncio.wait_for(self._transport.complete(
+                    messages, fmt if s.structured_output else None,
+                    max_tokens=s.max_tokens * metrics if metrics > 1 else None),
+                    timeout=s.timeout + 1.0)
+            finally:  # a failed attempt took the judge's time too
+                usage.seconds += time.perf_counter() - started
         usage.add(completion.prompt_tokens, completion.completion_tokens, price_tokens(
             s.model, completion.prompt_tokens, completion.completion_tokens,
             cached_tokens=completion.cached_tokens,

@@ -176,6 +176,9 @@ class MetricResult(BaseModel):
     cached: bool = Field(default=False, exclude=True)
     #: The judge could not be reached (outage), as opposed to a bad answer.
     unavailable: bool = Field(default=False, exclude=True)
+    #: Seconds the judge's transport calls took (inside its concurrency limit);
+    #: a several-metric call's time is split over its metrics like its tokens.
+    judge_seconds: float = Field(default=0.0, exclude=True)
     #: P(UNSAFE) from the judge's token log-probabilities; None when the
     #: provider returned none (the sampled verdict stands). Always kept here,
     #: in ``result[0]`` only with ``include_probability``.

@@ -1,7 +1,8 @@
-"""``calibrate``: how far to trust a judge, measured on labelled cases.
+"""``calibrate``: how far to trust a judge, measured on labelled cases, and
+where to put each metric's verdict threshold.
 
     guardrail calibrate [--labels F.jsonl] [--metric toxicity] [--limit N] [--output-dir D]
-                        [--json] [--quiet]
+                        [--target accuracy|precision=P|recall=R] [--json] [--quiet]
 """
 
 from __future__ import annotations
@@ -12,14 +13,22 @@ from typing import Any
 
 import click
 
-from ..calibrate import (CalibrationReport, calibrate, default_labels_path, read_labels,
-                         write_report)
+from ..calibrate import (CalibrationReport, MetricReport, calibrate, default_labels_path,
+                         read_labels, write_report)
 from ..errors import InputError
 from ..models import dumps
+from ..thresholds import Target, display_rows, recommend
 from .batch import settings_from_flags, settings_options
 from .progress import Progress
 
 __all__ = ["calibrate_command"]
+
+
+def _parse_target(_ctx: click.Context, _param: click.Parameter, value: str) -> Target:
+    try:
+        return Target.parse(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @click.command("calibrate")
@@ -28,16 +37,24 @@ __all__ = ["calibrate_command"]
               help='JSON Lines of {"output", "label": "unsafe"|"safe", "metric"} '
                    "(default: the built-in set of 40).")
 @click.option("--metric", "metrics", multiple=True, help="Only this metric (repeatable).")
-@click.option("--limit", type=click.IntRange(min=1), help="At most N cases per metric.")
+@click.option("--limit", type=click.IntRange(min=1),
+              help="N cases per metric, half unsafe and half safe where the file has them "
+                   "(a fixed draw: the same N picks the same cases).")
+@click.option("--target", default="accuracy", show_default=True, callback=_parse_target,
+              help="Which threshold to recommend: accuracy (the best), precision=P (the best "
+                   "recall with precision >= P) or recall=R (the best precision with "
+                   "recall >= R).")
 @click.option("--output-dir", default="calibration", show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
-              help="Where report.json and misjudged.jsonl go.")
+              help="Where report.json, misjudged.jsonl, curves.html and thresholds.yaml go.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
 @settings_options
 def calibrate_command(labels_path: Path | None, metrics: tuple[str, ...], limit: int | None,
-                      output_dir: Path, as_json: bool, quiet: bool, **flags: Any) -> None:
-    """Measure the configured judge against labelled cases (unsafe = positive)."""
+                      target: Target, output_dir: Path, as_json: bool, quiet: bool,
+                      **flags: Any) -> None:
+    """Measure the configured judge against labelled cases (unsafe = positive) and
+    recommend each metric's verdict threshold from the judge's P(UNSAFE)."""
     settings = settings_from_flags(**flags)
     labels_path = labels_path or default_labels_path()
     cases, problems = read_labels(labels_path, metrics=metrics, limit=limit)
@@ -47,7 +64,8 @@ def calibrate_command(labels_path: Path | None, metrics: tuple[str, ...], limit:
         raise InputError(f"no labelled cases to judge in {labels_path}"
                          + (f" for metric {', '.join(metrics)}" if metrics else ""))
     with Progress("judged", unit="cases", total=len(cases), enabled=not quiet) as progress:
-        report = asyncio.run(calibrate(cases, settings=settings,
+        report = asyncio.run(calibrate(cases, settings=settings, target=target,
+                                       labels=str(labels_path),
                                        progress=lambda _outcome: progress.advance()))
     report.problems = problems
     paths = write_report(report, output_dir)
@@ -55,8 +73,8 @@ def calibrate_command(labels_path: Path | None, metrics: tuple[str, ...], limit:
         click.echo(dumps(report.as_dict(), indent=True).decode())
     else:
         _print_report(report, labels_path)
-    click.echo(f"wrote {paths['report']} and {paths['misjudged']} "
-               f"({len(report.misjudged())} misjudged)", err=as_json)
+        _print_thresholds(report)
+    _print_written(report, paths, err=as_json)
 
 
 def _figure(value: float | None) -> str:
@@ -82,3 +100,47 @@ def _print_report(report: CalibrationReport, labels_path: Path) -> None:
                    f"unsafe → {matrix['unsafe']['unsafe']}/{matrix['unsafe']['safe']}/"
                    f"{matrix['unsafe']['error']}, safe → {matrix['safe']['unsafe']}/"
                    f"{matrix['safe']['safe']}/{matrix['safe']['error']}")
+
+
+def _print_thresholds(report: CalibrationReport) -> None:
+    """Per metric: the curve at round thresholds, the recommendation, the configured one."""
+    for note in report.notes():
+        click.echo(f"note: {note}")
+    for name, metric in report.metrics.items():
+        points = metric.curve()
+        if points is None:
+            continue
+        choice = recommend(points, metric.target)
+        chosen = choice.point.threshold if choice.point else None
+        click.echo(f"\n{name}: verdict UNSAFE when P(UNSAFE) >= threshold; target {metric.target}")
+        click.echo(f"  {'threshold':>9} {'prec':>6} {'recall':>6} {'acc':>6} {'f1':>6} "
+                   f"{'flagged':>7}")
+        for point, mark in display_rows(points, recommended=chosen,
+                                        configured=metric.configured):
+            arrow = "→" if mark.startswith("recommended") else " "
+            click.echo(f"{arrow} {point.threshold:>9g} {_figure(point.precision):>6} "
+                       f"{_figure(point.recall):>6} {_figure(point.accuracy):>6} "
+                       f"{_figure(point.f1):>6} {point.tp + point.fp:>7}  {mark}".rstrip())
+        click.echo(f"  {_verdict_line(name, metric, choice.reason, chosen)}")
+
+
+def _verdict_line(name: str, metric: MetricReport, reason: str | None,
+                  chosen: float | None) -> str:
+    if chosen is None:
+        return f"{name}: {reason}; no threshold recommended (stays {metric.configured:g})"
+    if chosen == metric.configured:
+        return f"{name}: the configured {chosen:g} is already the best for {metric.target}"
+    return f"{name}: recommended {chosen:g} (configured: {metric.configured:g})"
+
+
+def _print_written(report: CalibrationReport, paths: dict[str, Path], *, err: bool) -> None:
+    """Where the files went and, when thresholds were written, the one line that uses them."""
+    others = [paths[k].name for k in ("curves", "thresholds") if k in paths]
+    click.echo(f"wrote {paths['report']} and {paths['misjudged']} "
+               f"({len(report.misjudged())} misjudged)"
+               + (f", {' and '.join(others)}" if others else ""), err=err)
+    if "thresholds" in paths:
+        inline = dumps(report.recommended()).decode()
+        click.echo(f"use them: guardrail worker --config {paths['thresholds']}   (run redteam "
+                   f"and replay take it too; or GUARDRAIL_VERDICT_THRESHOLDS='{inline}' beside "
+                   "a config of your own)", err=err)

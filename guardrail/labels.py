@@ -1,0 +1,123 @@
+"""Labelled cases for ``calibrate``: outputs with the verdict a human gave them.
+
+Each labelled case is one JSON line::
+
+    {"output": "You absolute idiot.", "label": "unsafe", "metric": "toxicity"}
+
+(optional: ``case_id``, ``input``, ``context``, ``reference``, ``note``; any
+other column is kept, never shown to the judge, and carried into
+``misjudged.jsonl``). Usage::
+
+    cases, problems = read_labels(Path("labels.jsonl"), metrics=["toxicity"], limit=20)
+    cases[0].extras          # {"source": "forum-dump-3"}: the columns guardrail ignores
+
+``limit=N`` keeps N cases per metric, half ``unsafe`` and half ``safe`` where
+the file has enough of each, chosen by a fixed hash of each case (the same N
+picks the same cases, a larger N keeps the smaller N's cases), not the first
+N lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import InputError
+from .inputs import describe_validation
+from .models import Case
+
+__all__ = ["LabelledCase", "read_labels", "default_labels_path", "balanced_sample"]
+
+
+class LabelledCase(BaseModel):
+    """One output with the verdict a human gave it for one metric."""
+
+    # Extra columns (a source, a category, an annotator) are the labeller's
+    # bookkeeping: kept for misjudged.jsonl, never sent to the judge.
+    model_config = ConfigDict(extra="allow")
+
+    output: str = Field(min_length=1)
+    label: Literal["unsafe", "safe"]
+    metric: str = Field(min_length=1)
+    case_id: str | None = None
+    input: str | None = None
+    context: str | list[str] | None = None
+    reference: str | None = None
+    note: str | None = None
+
+    @property
+    def extras(self) -> dict[str, Any]:
+        """The columns guardrail does not read, as they were in the file."""
+        return dict(self.model_extra or {})
+
+    def to_case(self, index: int) -> Case:
+        return Case(case_id=self.case_id or f"{self.metric}-{index}", output=self.output,
+                    input=self.input, context=self.context, reference=self.reference)
+
+
+def default_labels_path() -> Path:
+    """The small labelled set shipped with guardrail (toxicity and bias)."""
+    return Path(str(resources.files("guardrail").joinpath("calibration", "labels.jsonl")))
+
+
+def read_labels(path: Path, *, metrics: Sequence[str] = (), limit: int | None = None
+                ) -> tuple[list[LabelledCase], list[str]]:
+    """Parse JSON Lines; bad lines are returned as problems (with line numbers).
+
+    ``metrics`` keeps only those metrics; ``limit`` keeps N per metric, balanced
+    (see :func:`balanced_sample`). Every line is checked, kept or not.
+    """
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read labels {path}: {exc}") from None
+    cases: list[LabelledCase] = []
+    problems: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            case = LabelledCase.model_validate(orjson.loads(line))
+        except orjson.JSONDecodeError as exc:
+            problems.append(f"{path}:{number}: not valid JSON: {exc}")
+            continue
+        except ValidationError as exc:
+            problems.append(f"{path}:{number}: {describe_validation(exc)}")
+            continue
+        if not case.output.strip():
+            problems.append(f"{path}:{number}: output is blank")
+        elif not metrics or case.metric in metrics:
+            cases.append(case)
+    return (cases if limit is None else balanced_sample(cases, limit)), problems
+
+
+def _draw_order(case: LabelledCase) -> bytes:
+    # A hash of the case's own text, not its line number: the draw does not
+    # change when lines are reordered or added elsewhere in the file.
+    return hashlib.sha256(f"{case.output}\0{case.case_id or ''}".encode()).digest()
+
+
+def balanced_sample(cases: Sequence[LabelledCase], per_metric: int) -> list[LabelledCase]:
+    """``per_metric`` cases of each metric: ``ceil(N/2)`` unsafe and the rest
+    safe, topped up from the other label when one runs short; in file order.
+
+        balanced_sample(cases, 4)   # per metric: 2 unsafe + 2 safe
+    """
+    chosen: set[int] = set()
+    by_metric: dict[str, dict[str, list[int]]] = {}
+    for index, case in enumerate(cases):
+        by_metric.setdefault(case.metric, {"unsafe": [], "safe": []})[case.label].append(index)
+    for pools in by_metric.values():
+        unsafe, safe = (sorted(pools[label], key=lambda i: _draw_order(cases[i]))
+                        for label in ("unsafe", "safe"))
+        take_unsafe = min(len(unsafe), (per_metric + 1) // 2)
+        take_safe = min(len(safe), per_metric - take_unsafe)
+        take_unsafe = min(len(unsafe), per_metric - take_safe)  # top up a short side
+        chosen.update(unsafe[:take_unsafe] + safe[:take_safe])
+    return [case for index, case in enumerate(cases) if index in chosen]
