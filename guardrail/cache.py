@@ -34,8 +34,11 @@ def cache_key(model: str, rubric: MetricRubric, judged: dict[str, str], scoring_
     came from another prompt, so ``per_message`` keys differ from
     ``per_metric`` ones, which stay as they were (existing caches remain valid).
     """
-    data = {"model": model, "rubric": rubric.model_dump(mode="json"), "judged": judged,
-            "mode": scoring_mode, "reasoning": include_reasoning}
+    # A rubric without examples keys as it did before examples existed.
+    data = {"model": model, "judged": judged, "mode": scoring_mode,
+            "reasoning": include_reasoning,
+            "rubric": rubric.model_dump(mode="json", exclude=None if rubric.examples
+                                        else {"examples"})}
     if calls != "per_metric":
         data["calls"] = calls
     return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
