@@ -1,7 +1,9 @@
 """Judgment cache: identical content is never paid for twice.
 
 The key covers everything that decides a verdict — judge model, scoring mode,
-reasoning flag, the full rubric, and the judged field texts::
+reasoning flag, the full rubric (with its examples), and the judged field
+texts. The judge model in the key keeps a cascade's first-judge and escalation
+judgments apart (:mod:`guardrail.cascade`)::
 
     cache = SqliteCache("judgments.db")
     evaluator = Evaluator(judge, evaluation=settings.evaluation, cache=cache)
@@ -108,7 +110,10 @@ class SqliteCache:
     def put(self, key: str, result: MetricResult) -> None:
         if result.error is not None:
             return
-        blob = orjson.dumps(result.model_dump(mode="json"))
+        # Beside the spec's fields, what a cascade reads back from a hit (both are
+        # left out of the result JSON): P(UNSAFE) and the model that decided.
+        blob = orjson.dumps({**result.model_dump(mode="json"), "judge_model": result.judge_model,
+                             "probability_unsafe": result.probability_unsafe})
         with self._lock, self._db:
             self._db.execute("INSERT OR REPLACE INTO judgments VALUES (?, ?)", (key, blob))
 

@@ -234,6 +234,8 @@ class MetricResult(BaseModel):
     probability_unsafe: float | None = Field(default=None, exclude=True)
     #: The judge model whose verdict stands (the escalation judge's in a cascade).
     judge_model: str | None = Field(default=None, exclude=True)
+    #: Why an in-band judgment was not escalated (the first verdict stands).
+    escalation_error: str | None = Field(default=None, exclude=True)
 
     @property
     def unsafe(self) -> bool:
