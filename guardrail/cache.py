@@ -1,7 +1,9 @@
 """Judgment cache: identical content is never paid for twice.
 
 The key covers everything that decides a verdict — judge model, scoring mode,
-reasoning flag, the full rubric, and the judged field texts::
+reasoning flag, the full rubric (with its examples), and the judged field
+texts. The judge model in the key keeps a cascade's first-judge and escalation
+judgments apart (:mod:`guardrail.cascade`)::
 
     cache = SqliteCache("judgments.db")
     evaluator = Evaluator(judge, evaluation=settings.evaluation, cache=cache)
@@ -43,8 +45,11 @@ def cache_key(model: str, rubric: MetricRubric, judged: dict[str, str], scoring_
     Likewise a judge that asks for log-probabilities (``logprobs``) has keys of
     its own. The verdict threshold is not in the key: it is applied on reading.
     """
-    data = {"model": model, "rubric": rubric.model_dump(mode="json"), "judged": judged,
-            "mode": scoring_mode, "reasoning": include_reasoning}
+    # A rubric without examples keys as it did before examples existed.
+    data = {"model": model, "judged": judged, "mode": scoring_mode,
+            "reasoning": include_reasoning,
+            "rubric": rubric.model_dump(mode="json", exclude=None if rubric.examples
+                                        else {"examples"})}
     if calls != "per_metric":
         data["calls"] = calls
     if logprobs:

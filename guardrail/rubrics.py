@@ -58,7 +58,7 @@ def _describe(exc: ValidationError) -> str:
             parts.append(f"field '{field}' is required")
         elif err["type"] == "extra_forbidden":
             parts.append(f"unknown field '{field}'")
-        elif err["type"] == "literal_error":
+        elif err["type"] == "literal_error" and field.startswith("item_fields"):
             parts.append(f"field '{field}': unknown item field {err.get('input')!r} "
                          "(allowed: output, input, context, reference)")
         else:

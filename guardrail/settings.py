@@ -17,6 +17,7 @@ judge never sees the Kafka password)::
     settings.worker      # WorkerSettings: batching, outages, shutdown, web
     settings.windows     # WindowSettings: windows, groups, alert rules, webhook
     settings.sampling    # SamplingSettings: sample rate and rules, the judge budget
+    settings.escalation  # EscalationSettings (guardrail.cascade): escalate_model, band, ...
 
 Every setting also has one flat name, the name users write: ``judge_model``,
 ``input_topic``, ``window_seconds`` … (:data:`FLAT_NAMES`). Flat names work as
@@ -34,15 +35,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
+from .cascade import EscalationSettings
+from ._config_file import read_config_file
 from .errors import ConfigError
 from .models import RedteamConfig
 
 __all__ = ["Settings", "JudgeSettings", "EvaluationSettings", "KafkaSettings", "WorkerSettings",
-           "WindowSettings", "AlertRule", "SamplingSettings", "SampleRule", "load_settings",
-           "settings_env", "read_config_file", "ENV_PREFIX", "FLAT_NAMES", "DEFAULT_CACHE_PATH"]
+           "WindowSettings", "AlertRule", "SamplingSettings", "SampleRule", "EscalationSettings",
+           "load_settings", "settings_env", "read_config_file", "ENV_PREFIX", "FLAT_NAMES",
+           "DEFAULT_CACHE_PATH"]
 
 ENV_PREFIX = "GUARDRAIL_"
 
@@ -238,14 +241,14 @@ _GROUPS: dict[str, tuple[type[BaseModel], str]] = {
     "worker": (WorkerSettings, ""),
     "windows": (WindowSettings, ""),
     "sampling": (SamplingSettings, ""),
+    "escalation": (EscalationSettings, "escalate_"),
 }
 
 #: Flat name → (group, field): ``judge_model`` → ``("judge", "model")``.
 FLAT_NAMES: dict[str, tuple[str, str]] = {
     prefix + field: (group, field)
-    for group, (model, prefix) in _GROUPS.items() for field in model.model_fields
-}
-_SECRETS = ("judge_api_key", "sasl_password")
+    for group, (model, prefix) in _GROUPS.items() for field in model.model_fields}
+_SECRETS = ("judge_api_key", "escalate_api_key", "sasl_password")
 _LIST_FIELDS = {"group_labels"}
 _JSON_FIELDS = {"redteam", "alert_rules", "sample_rules", "verdict_thresholds"}
 
@@ -262,8 +265,7 @@ def _nest(data: Any) -> Any:
             if isinstance(block, dict):
                 block[field] = value
         elif key in _GROUPS and isinstance(value, (dict, BaseModel)):
-            # A group as a mapping or as its model (``dict(settings)`` gives
-            # models); flat names given beside it win.
+            # A group as a mapping or a model (``dict(settings)``); flat names beside it win.
             nested[key] = {**dict(value), **nested.get(key, {})}
         else:
             nested[key] = value  # unknown: pydantic names it
@@ -281,6 +283,7 @@ class Settings(BaseModel):
     worker: WorkerSettings = WorkerSettings()
     windows: WindowSettings = WindowSettings()
     sampling: SamplingSettings = SamplingSettings()
+    escalation: EscalationSettings = EscalationSettings()
 
     @model_validator(mode="before")
     @classmethod
@@ -295,13 +298,11 @@ class Settings(BaseModel):
     def public_dict(self) -> dict[str, Any]:
         """The settings by flat name with every secret masked, for logs and ``--show-config``."""
         data = self.flat()
-        for key in _SECRETS:
-            if data.get(key):
-                data[key] = "***"
+        data.update({key: "***" for key in _SECRETS if data.get(key)})
         return data
 
     def secret(self, name: str) -> str | None:
-        """The plain value of a secret setting (``judge_api_key``, ``sasl_password``)."""
+        """The plain value of a secret setting (``judge_api_key``, ``sasl_password`` …)."""
         group, field = FLAT_NAMES[name]
         value = getattr(getattr(self, group), field)
         return value.get_secret_value() if value is not None else None
@@ -346,21 +347,6 @@ def settings_env(settings: Settings) -> dict[str, str]:
             text = str(value)
         env[ENV_PREFIX + name.upper()] = text
     return env
-
-
-def read_config_file(path: Path | str) -> dict[str, Any]:
-    """Read a YAML or JSON config file into a mapping of settings."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = orjson.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, orjson.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping of settings")
-    return data
 
 
 def _flat_location(loc: tuple[Any, ...]) -> str:

@@ -53,6 +53,8 @@ OLD_NAMES = {
     "budget_tokens_per_hour": ("sampling", "budget_tokens_per_hour"),
     "budget_min_sample_rate": ("sampling", "budget_min_sample_rate"),
     "budget_step_seconds": ("sampling", "budget_step_seconds"),
+    "escalate_model": ("escalation", "model"), "escalate_api_base": ("escalation", "api_base"),
+    "escalate_api_key": ("escalation", "api_key"), "escalate_band": ("escalation", "band"),
 }
 
 #: A value for each old name that differs from its default, as an environment string.
@@ -81,6 +83,8 @@ SAMPLE_ENV = {
     "sample_rules": '[{"match": {"model_version": "v2"}, "rate": 1.0}, {"first_per_version": 50}]',
     "budget_usd_per_hour": "2.5", "budget_tokens_per_hour": "100000",
     "budget_min_sample_rate": "0.05", "budget_step_seconds": "10",
+    "escalate_model": "openai/strong", "escalate_api_base": "http://127.0.0.1:2/v1",
+    "escalate_api_key": "sk-esc", "escalate_band": "0.3,0.7",
 }
 
 
@@ -98,6 +102,7 @@ def test_every_old_name_still_sets_its_setting_by_env_config_and_flag(tmp_path):
     # The same values under their old names in a config file, as flags and in Settings(...).
     values = {n: from_env.flat()[n] for n in OLD_NAMES}
     values["judge_api_key"], values["sasl_password"] = "sk-x", "pw"
+    values["escalate_api_key"] = "sk-esc"
     config = tmp_path / "old.json"
     config.write_bytes(orjson.dumps(values))
     for built in (load_settings(config, environ={}), load_settings(environ={}, **values),
@@ -148,10 +153,25 @@ def test_config_file_from_env_and_redteam_block(tmp_path):
 
 
 def test_secrets_are_masked_everywhere_they_could_be_printed():
-    settings = load_settings(environ={"GUARDRAIL_JUDGE_API_KEY": "sk-very-secret"})
-    assert "sk-very-secret" not in repr(settings)
-    assert "sk-very-secret" not in str(settings.public_dict())
+    settings = load_settings(environ={"GUARDRAIL_JUDGE_API_KEY": "sk-very-secret",
+                                      "GUARDRAIL_ESCALATE_API_KEY": "sk-escalation-secret"})
+    for secret in ("sk-very-secret", "sk-escalation-secret"):
+        assert secret not in repr(settings)
+        assert secret not in str(settings.public_dict())
+    assert settings.public_dict()["escalate_api_key"] == "***"
     assert settings.judge.api_key.get_secret_value() == "sk-very-secret"
+    assert settings.secret("escalate_api_key") == "sk-escalation-secret"
+
+
+def test_escalate_band_is_two_probabilities_low_to_high():
+    assert Settings().escalation.band == (0.2, 0.8) and Settings().escalation.model is None
+    for raw in ("0.3,0.7", "[0.3, 0.7]", " 0.3 , 0.7 "):
+        assert load_settings(environ={"GUARDRAIL_ESCALATE_BAND": raw}).escalation.band == (
+            0.3, 0.7)
+    assert load_settings(environ={}, escalate_band=[0.5, 0.5]).escalation.band == (0.5, 0.5)
+    for bad in ("0.8,0.2", "0.2,1.5", "-0.1,0.5", "0.5", "0.1,0.2,0.3"):
+        with pytest.raises(ConfigError, match="escalate_band"):
+            load_settings(environ={"GUARDRAIL_ESCALATE_BAND": bad})
 
 
 def test_invalid_values_name_the_setting_without_echoing_them():
