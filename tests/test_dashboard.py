@@ -279,7 +279,11 @@ def test_spend_and_verdicts_come_from_the_workers_telemetry():
     telemetry.judgments.labels(metric="bias", verdict="error").inc(1)
     telemetry.messages.labels(outcome="dlq").inc(4)
     telemetry.paused.set(1)
+    telemetry.effective_sample_rate.set(0.25)
+    telemetry.budget_alerts.labels(state="throttled").inc(2)
     spend = spend_of(telemetry)
+    assert spend.effective_sample_rate == 0.25
+    assert spend.budget_alerts == {"throttled": 2, "restored": 0}
     assert (spend.cost_usd, spend.input_tokens, spend.output_tokens) == (0.0125, 1200, 80)
     assert (spend.unpriced_calls, spend.verdicts, spend.messages) == (
         3, {"error": 3}, {"judged": 0, "not_sampled": 0, "dlq": 4})
@@ -288,6 +292,8 @@ def test_spend_and_verdicts_come_from_the_workers_telemetry():
                                        spend=spend), PageContext())
     assert "$0.0125" in html and "1,200 tokens in" in html and "3 calls without" in html
     assert "judge paused" in html
+    assert "Sample rate (this worker)" in html and "25" in html
+    assert "budget alerts: 2 lowered · 0 restored" in html
 
 
 async def test_the_dispatcher_keeps_a_bounded_list_of_recent_alerts():

@@ -57,8 +57,9 @@ class ServerOptions:
     #: and the judged text are read anew; with one call per metric, each
     #: rubric's prompt settles in its own slot.
     parallel: int = 2
-    #: Shared by the slots; a judge call is < 1,000 prompt + 400 answer tokens.
-    context: int = 4096
+    #: Shared by the slots (4,096 each); a judge call is ~900 prompt tokens (rubrics with
+    #: examples, ~100-word text) + up to 400 answer tokens per metric.
+    context: int = 8192
     threads: int | None = None
     #: llama.cpp log level (0 errors only … 4 debug); logs go to stderr.
     verbosity: int = 1

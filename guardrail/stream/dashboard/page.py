@@ -16,6 +16,7 @@ from html import escape
 
 from .charts import Frame, coverage_chart, rate_chart
 from .data import Alert, Cell, Dashboard, VersionTotals, utc_clock
+from .spend import Spend
 from .style import CSS
 
 __all__ = ["PageContext", "render_page"]
@@ -75,7 +76,18 @@ def _tiles(data: Dashboard, context: PageContext) -> str:
         tiles.append(_tile("Spend (this worker)", f"${spend.cost_usd:,.4f}",
                            f"{spend.input_tokens:,} tokens in · {spend.output_tokens:,} out"
                            f"{unpriced}"))
+        tiles.append(_sampling_tile(spend))
     return '<section class="tiles">' + "".join(tiles) + "</section>"
+
+
+def _sampling_tile(spend: Spend) -> str:
+    """The share judged now, and whether the judge budget lowered it."""
+    throttled = (spend.budget_alerts or {}).get("throttled", 0)
+    restored = (spend.budget_alerts or {}).get("restored", 0)
+    note = (f"budget alerts: {throttled:,} lowered · {restored:,} restored" if throttled
+            else "no budget alert")
+    return _tile("Sample rate (this worker)", _pct(spend.effective_sample_rate), note,
+                 "warn" if throttled > restored else "")
 
 
 def _version_box(v: VersionTotals, first: VersionTotals | None) -> str:

@@ -3,6 +3,7 @@
 
     spend = spend_of(telemetry)     # a guardrail.stream.telemetry.Telemetry
     spend.cost_usd, spend.input_tokens, spend.verdicts["error"], spend.judge_paused
+    spend.effective_sample_rate, spend.budget_alerts["throttled"]
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ class Spend:
     verdicts: dict[str, int]
     messages: dict[str, int]
     judge_paused: bool
+    #: The share of messages judged now: ``sample_rate``, lowered while the
+    #: judge budget is short (guardrail.stream.budget).
+    effective_sample_rate: float = 1.0
+    #: Budget alerts fired, by state (``throttled``, ``restored``).
+    budget_alerts: dict[str, int] | None = None
 
 
 def _samples(registry: Any, name: str) -> list[tuple[dict[str, str], float]]:
@@ -50,4 +56,7 @@ def spend_of(telemetry: Any) -> Spend:
             registry, "guardrail_judge_unpriced_calls_total"))),
         verdicts=_sum_by(registry, "guardrail_judgments_total", "verdict"),
         messages=_sum_by(registry, "guardrail_messages_total", "outcome"),
-        judge_paused=any(v == 1 for _, v in _samples(registry, "guardrail_judge_paused")))
+        judge_paused=any(v == 1 for _, v in _samples(registry, "guardrail_judge_paused")),
+        effective_sample_rate=next((v for _, v in _samples(
+            registry, "guardrail_effective_sample_rate")), 1.0),
+        budget_alerts=_sum_by(registry, "guardrail_budget_alerts_total", "state"))
