@@ -30,7 +30,7 @@ import bisect
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -60,7 +60,9 @@ class TokenLogprob:
 
     token: str
     logprob: float
-    top: tuple[tuple[str, float], ...] = ()
+    #: ``(text, logprob)`` pairs, or the provider's alternatives as sent
+    #: (read with :func:`top_pairs` when needed).
+    top: Sequence[Any] = ()
     raw: bytes | None = None
 
 
@@ -101,14 +103,26 @@ def read_logprobs(logprobs: Any) -> tuple[TokenLogprob, ...] | None:
         token, logprob = _get(item, "token"), _get(item, "logprob")
         if not isinstance(token, str) or not _number(logprob):
             return None
-        top = []
-        for alt in _get(item, "top_logprobs") or ():
-            text, value = _get(alt, "token"), _get(alt, "logprob")
-            if isinstance(text, str) and _number(value):
-                top.append((text, float(value)))
-        tokens.append(TokenLogprob(token, float(logprob), tuple(top),
+        # The alternatives stay as sent: only the few tokens at a verdict are
+        # ever read (see top_pairs), and converting all of them was most of
+        # the worker's cost of a response with log-probabilities.
+        tokens.append(TokenLogprob(token, float(logprob), _get(item, "top_logprobs") or (),
                                    _raw_bytes(_get(item, "bytes"))))
     return tuple(tokens)
+
+
+def top_pairs(top: Any) -> list[tuple[str, float]]:
+    """A token's alternatives as ``(text, logprob)`` pairs: pairs pass as they
+    are, a provider's objects or dicts are read; malformed ones are skipped."""
+    pairs = []
+    for alt in top:
+        if isinstance(alt, tuple):
+            text, value = alt
+        else:
+            text, value = _get(alt, "token"), _get(alt, "logprob")
+        if isinstance(text, str) and _number(value):
+            pairs.append((text, float(value)))
+    return pairs
 
 
 def expected_severity(probs: Mapping[int, float]) -> float:
@@ -162,11 +176,12 @@ class AnswerTokens:
         if index < 0:
             return None
         token = self.tokens[index]
-        if not token.top:  # the sampled token alone says nothing of the other class
+        top = top_pairs(token.top)
+        if not top:  # the sampled token alone says nothing of the other class
             return None
         before = self._data[self._starts[index]:at].decode("utf-8", "surrogateescape")
-        seen = {text for text, _ in token.top}
-        pairs = list(token.top) + ([] if token.token in seen else [(token.token, token.logprob)])
+        seen = {text for text, _ in top}
+        pairs = top + ([] if token.token in seen else [(token.token, token.logprob)])
         out = []
         for text, logprob in pairs:
             if text.startswith(before):
