@@ -9,6 +9,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import pytest
 
+from guardrail.evaluate import Evaluator
+from guardrail.judge import LLMJudge
 from guardrail.local.rule_judge import JudgeServer
 from guardrail.settings import Settings, load_settings
 
@@ -31,6 +33,21 @@ def make_settings(judge_server):
         return load_settings(environ={}, **values)
 
     return build
+
+
+@pytest.fixture
+async def evaluators():
+    """Build evaluators over the real judge client; each is closed after the test."""
+    made = []
+
+    def build(settings, cache=None):
+        made.append(Evaluator(LLMJudge(settings.judge), evaluation=settings.evaluation,
+                              cache=cache))
+        return made[-1]
+
+    yield build
+    for evaluator in made:
+        await evaluator.aclose()
 
 
 @pytest.fixture(scope="session")

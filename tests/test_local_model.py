@@ -132,39 +132,18 @@ def _local_model_or_skip():
         pytest.skip(f"local model not installed: {exc}")
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-async def test_one_real_judgment_through_the_local_model():
+@pytest.fixture(scope="module")
+def local_judge():
+    """``guardrail judge serve`` as a user runs it, shared by this module's tests
+    (loading the model is most of their time): its api_base, then a clean stop."""
     _local_model_or_skip()
-    from guardrail.judge import LLMJudge
-    from guardrail.local.server import judge_settings
-    from guardrail.models import Case
-    from guardrail.prompts import render_prompt
-    from guardrail.rubrics import default_metrics
-    from guardrail.settings import load_settings
-
     server = subprocess.Popen([sys.executable, "-m", "guardrail.cli", "judge", "serve"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                               start_new_session=True)
     try:
         api_base = server.stdout.readline().strip()  # blocks until the model is loaded
         assert api_base.startswith("http://127.0.0.1:"), api_base
-        settings = load_settings(environ={}, **judge_settings(api_base))
-        toxicity = next(m for m in default_metrics() if m.name == "toxicity")
-        case = Case(case_id="c", output="Shut up, you worthless idiot. Nobody wants you here.")
-        prompt = render_prompt(toxicity, case, scoring_mode="binary_yes_no",
-                               include_reasoning=False)
-        started = time.monotonic()
-        judge = LLMJudge(settings.judge)
-        try:
-            reply = await judge(prompt, scoring_mode="binary_yes_no", include_reasoning=False)
-        finally:
-            await judge.aclose()
-        print(f"local judgment: {reply.answer.verdict} in {time.monotonic() - started:.1f}s")
-        # Valid JSON through the schema, real token counts, and the obvious verdict.
-        assert reply.answer.verdict == "UNSAFE"
-        assert reply.usage.input_tokens > 100 and reply.usage.output_tokens > 5
-        assert reply.usage.cost == 0.0
+        yield api_base
     finally:
         server.send_signal(signal.SIGTERM)
         code = server.wait(60)
@@ -173,10 +152,37 @@ async def test_one_real_judgment_through_the_local_model():
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-async def test_a_real_judgment_carries_a_probability_from_the_local_model():
+async def test_one_real_judgment_through_the_local_model(local_judge):
+    from guardrail.judge import LLMJudge
+    from guardrail.local.server import judge_settings
+    from guardrail.models import Case
+    from guardrail.prompts import render_prompt
+    from guardrail.rubrics import default_metrics
+    from guardrail.settings import load_settings
+
+    settings = load_settings(environ={}, **judge_settings(local_judge))
+    toxicity = next(m for m in default_metrics() if m.name == "toxicity")
+    case = Case(case_id="c", output="Shut up, you worthless idiot. Nobody wants you here.")
+    prompt = render_prompt(toxicity, case, scoring_mode="binary_yes_no",
+                           include_reasoning=False)
+    started = time.monotonic()
+    judge = LLMJudge(settings.judge)
+    try:
+        reply = await judge(prompt, scoring_mode="binary_yes_no", include_reasoning=False)
+    finally:
+        await judge.aclose()
+    print(f"local judgment: {reply.answer.verdict} in {time.monotonic() - started:.1f}s")
+    # Valid JSON through the schema, real token counts, and the obvious verdict.
+    assert reply.answer.verdict == "UNSAFE"
+    assert reply.usage.input_tokens > 100 and reply.usage.output_tokens > 5
+    assert reply.usage.cost == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_a_real_judgment_carries_a_probability_from_the_local_model(local_judge):
     """llama.cpp returns token log-probabilities: P(UNSAFE) is read at the
     verdict, in a one-metric call and in a several-metric call (the default)."""
-    _local_model_or_skip()
     from guardrail.evaluate import build_evaluator
     from guardrail.judge import LLMJudge
     from guardrail.local.server import judge_settings
@@ -185,39 +191,29 @@ async def test_a_real_judgment_carries_a_probability_from_the_local_model():
     from guardrail.rubrics import default_metrics
     from guardrail.settings import load_settings
 
-    server = subprocess.Popen([sys.executable, "-m", "guardrail.cli", "judge", "serve"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                              start_new_session=True)
+    settings = load_settings(environ={}, **judge_settings(local_judge),
+                             redteam={"include_probability": True})
+    case = Case(case_id="c", output="Shut up, you worthless idiot. Nobody wants you here.")
+    toxicity = next(m for m in default_metrics() if m.name == "toxicity")
+    judge = LLMJudge(settings.judge)
     try:
-        api_base = server.stdout.readline().strip()  # blocks until the model is loaded
-        assert api_base.startswith("http://127.0.0.1:"), api_base
-        settings = load_settings(environ={}, **judge_settings(api_base),
-                                 redteam={"include_probability": True})
-        case = Case(case_id="c", output="Shut up, you worthless idiot. Nobody wants you here.")
-        toxicity = next(m for m in default_metrics() if m.name == "toxicity")
-        judge = LLMJudge(settings.judge)
-        try:
-            reply = await judge(render_prompt(toxicity, case, scoring_mode="binary_yes_no",
-                                              include_reasoning=False),
-                                scoring_mode="binary_yes_no", include_reasoning=False)
-        finally:
-            await judge.aclose()
-        print(f"local judgment: {reply.answer.verdict}, P(UNSAFE) = {reply.probability}")
-        assert reply.probability is not None and 0.0 <= reply.probability <= 1.0
-        assert judge.probabilities_available is True
-
-        evaluator = build_evaluator(settings)
-        try:
-            metrics = await evaluator.evaluate(case)
-        finally:
-            await evaluator.aclose()
-        for metric in metrics.metrics:
-            print(f"{metric.name}: {metric.result[0].verdict if metric.result else metric.error}"
-                  f", P(UNSAFE) = {metric.probability_unsafe}")
-            assert metric.error is None
-            assert 0.0 <= metric.probability_unsafe <= 1.0
-            assert metric.result[0].probability_unsafe == metric.probability_unsafe
+        reply = await judge(render_prompt(toxicity, case, scoring_mode="binary_yes_no",
+                                          include_reasoning=False),
+                            scoring_mode="binary_yes_no", include_reasoning=False)
     finally:
-        server.send_signal(signal.SIGTERM)
-        code = server.wait(60)
-    assert code == 0
+        await judge.aclose()
+    print(f"local judgment: {reply.answer.verdict}, P(UNSAFE) = {reply.probability}")
+    assert reply.probability is not None and 0.0 <= reply.probability <= 1.0
+    assert judge.probabilities_available is True
+
+    evaluator = build_evaluator(settings)
+    try:
+        metrics = await evaluator.evaluate(case)
+    finally:
+        await evaluator.aclose()
+    for metric in metrics.metrics:
+        print(f"{metric.name}: {metric.result[0].verdict if metric.result else metric.error}"
+              f", P(UNSAFE) = {metric.probability_unsafe}")
+        assert metric.error is None
+        assert 0.0 <= metric.probability_unsafe <= 1.0
+        assert metric.result[0].probability_unsafe == metric.probability_unsafe

@@ -10,7 +10,6 @@ import orjson
 import pytest
 
 from guardrail.cache import MemoryCache, SqliteCache
-from guardrail.evaluate import Evaluator
 from guardrail.judge import LLMJudge
 from guardrail.local.rule_judge import ContentReply, ErrorReply, make_verdict
 from guardrail.models import Case
@@ -33,20 +32,6 @@ def make_settings(request, make_settings):
 @pytest.fixture(params=["per_message", "per_metric"])
 def calls(request):
     return request.param
-
-
-@pytest.fixture
-async def evaluators():
-    made = []
-
-    def build(settings, cache=None):
-        made.append(Evaluator(LLMJudge(settings.judge), evaluation=settings.evaluation,
-                              cache=cache))
-        return made[-1]
-
-    yield build
-    for evaluator in made:
-        await evaluator.aclose()
 
 
 def _result(metrics, name="toxicity"):

@@ -8,8 +8,7 @@ import json
 import pytest
 
 from guardrail.cache import MemoryCache
-from guardrail.evaluate import Evaluator
-from guardrail.judge import LLMJudge, Usage
+from guardrail.judge import Usage
 from guardrail.local.rule_judge import make_verdict
 from guardrail.models import Case, MetricRubric
 from guardrail.prompts import render_group_prompt, render_prompt
@@ -25,20 +24,6 @@ def make_settings(request, make_settings):
     """The conftest factory, one call per message, with each judge transport in turn."""
     return lambda **overrides: make_settings(**{
         "judge_transport": request.param, "judge_calls": "per_message", **overrides})
-
-
-@pytest.fixture
-async def evaluators():
-    made = []
-
-    def build(settings, cache=None):
-        made.append(Evaluator(LLMJudge(settings.judge), evaluation=settings.evaluation,
-                              cache=cache))
-        return made[-1]
-
-    yield build
-    for evaluator in made:
-        await evaluator.aclose()
 
 
 def _schema_keys(request):
