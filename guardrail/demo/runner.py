@@ -45,6 +45,10 @@ MODEL_LABEL = "acme-assistant"
 Echo = Callable[[str], None]
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 @dataclass
 class DemoOptions:
     output_dir: Path
@@ -130,6 +134,11 @@ class Demo:
         self.out.mkdir(parents=True, exist_ok=True)
         _library_logs_to(self.out / "demo.log")
         previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        # Not default_int_handler itself: asyncio.run would then turn Ctrl-C into
+        # cancelling its task, which a task that swallows the cancellation (3.11's
+        # wait_for race, seen once under a loaded CPU) leaves waiting forever.
+        # Raised where the loop runs, KeyboardInterrupt always ends asyncio.run.
+        previous_int = signal.signal(signal.SIGINT, _interrupt)
         stream: DemoStream | None = None
         try:
             settings = self._start_services()
@@ -149,6 +158,7 @@ class Demo:
         finally:
             self._stop_all()
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
         self._write_summary(stream, code)
         return code
 
