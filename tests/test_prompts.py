@@ -43,7 +43,7 @@ def test_nonce_is_random_per_call():
     case = Case(output="x")
     nonces = {render_prompt(RUBRIC, case, scoring_mode="binary_yes_no",
                             include_reasoning=False).nonce for _ in range(50)}
-    assert len(nonces) == 50 and all(len(n) == 24 for n in nonces)
+    assert len(nonces) == 50 and all(len(n) == 12 for n in nonces)
 
 
 def test_injected_fences_cannot_close_the_real_fence():

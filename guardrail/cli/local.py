@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from ..local.server import ServerOptions
 from .batch import settings_from_flags, settings_options
 
 __all__ = ["register"]
@@ -27,9 +28,11 @@ def judge_group() -> None:
               help="Any GGUF chat model (default: the demo model from guardrail[local]).")
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
               help="Port on 127.0.0.1 (0 picks a free one).")
-@click.option("--parallel", type=click.IntRange(1, 16), default=2, show_default=True,
+@click.option("--parallel", type=click.IntRange(1, 16), default=ServerOptions.parallel,
+              show_default=True,
               help="Requests judged at once (llama.cpp slots).")
-@click.option("--context", type=click.IntRange(512), default=4096, show_default=True,
+@click.option("--context", type=click.IntRange(512), default=ServerOptions.context,
+              show_default=True,
               help="Context tokens shared by the slots.")
 @click.option("--threads", type=click.IntRange(1), help="CPU threads (default: all cores).")
 def serve_command(model_path: Path | None, port: int, parallel: int, context: int,
@@ -38,7 +41,7 @@ def serve_command(model_path: Path | None, port: int, parallel: int, context: in
 
     The first line printed is the api_base to use as GUARDRAIL_JUDGE_API_BASE.
     """
-    from ..local.server import ServerOptions, serve
+    from ..local.server import serve
 
     serve(model_path, port=port,
           options=ServerOptions(parallel=parallel, context=context, threads=threads))

@@ -26,6 +26,7 @@ it is 3..5 (else on 4) and the safe mass on it when 1..2 (else on 1).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -116,8 +117,8 @@ def choice_logprobs(body: Mapping, content: str, table: Mapping[str, float]) -> 
             spots[severity] = _severity_alternatives(p, int(content[severity]))
     entries, at = [], 0
     for token in tokenize(content):
-        probs = spots.get(at, {token: 1.0})
-        entries.append(_entry(token, probs, top_n))
+        probs = spots.get(at)
+        entries.append(_entry(token, probs, top_n) if probs else _certain(token, top_n))
         at += len(token)
     return {"content": entries, "refusal": None}
 
@@ -139,6 +140,13 @@ def _severity_alternatives(p: float | None, sampled: int) -> dict[str, float]:
 
 def _log(p: float) -> float:
     return math.log(p) if p > 0 else _UNLIKELY
+
+
+@functools.lru_cache(maxsize=4096)
+def _certain(token: str, top_n: int) -> dict:
+    """The entry of a token without alternatives; shared between answers (the
+    benchmarks' judge writes ~75 of them per answer), so read-only."""
+    return _entry(token, {token: 1.0}, top_n)
 
 
 def _entry(token: str, probs: Mapping[str, float], top_n: int) -> dict:
