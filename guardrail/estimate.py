@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from ._litellm import cached_input_price, count_message_tokens, max_input_tokens, price_tokens
 from .evaluate import EffectiveConfig, Evaluator
 from .models import Case, CostEstimate, ScoringMode
-from .prompts import JudgePrompt, render_group_prompt, render_prompt
+from .prompts import NONCE_BYTES, JudgePrompt, render_group_prompt, render_prompt
 from .settings import JudgeSettings
 
 __all__ = ["EXPECTED_OUTPUT_TOKENS", "GROUP_ENTRY_TOKENS", "OPENAI_MIN_CACHED_PROMPT",
@@ -92,7 +92,7 @@ def estimate_nonce(case: Case, metric: str) -> str:
     """A fence token for estimates: random-looking like the real one (hex tokenises
     differently from a constant) but reproducible, so estimates are stable."""
     seed = f"{metric}\0{case.case_id}\0{case.output}".encode("utf-8", "replace")
-    return hashlib.sha256(seed).hexdigest()[:24]
+    return hashlib.sha256(seed).hexdigest()[:2 * NONCE_BYTES]
 
 
 def _prompts(case: Case, config: EffectiveConfig, per_message: bool) -> list[JudgePrompt]:

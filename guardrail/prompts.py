@@ -85,6 +85,10 @@ class JudgePrompt:
         return [system, {**user, "content": user["content"][:self.prefix_chars]}]
 
 
+#: Random bytes of a fence token (written as twice as many hex characters).
+NONCE_BYTES = 6
+
+
 def new_nonce(texts: Sequence[str]) -> str:
     """A random fence token that appears in none of ``texts``.
 
@@ -93,7 +97,7 @@ def new_nonce(texts: Sequence[str]) -> str:
     prompt tokens in every call (it appears three times; 24 hex characters
     were ~25 more prompt tokens per call for the local judge)."""
     while True:
-        nonce = secrets.token_hex(6)
+        nonce = secrets.token_hex(NONCE_BYTES)
         if not any(nonce in text for text in texts):
             return nonce
 

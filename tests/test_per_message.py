@@ -97,7 +97,7 @@ async def test_metrics_reading_different_fields_share_one_call_each_field_fenced
     metrics = await evaluators(make_settings()).evaluate(case)
     assert judge_server.calls == 1
     user = _user(judge_server.requests[0])
-    nonce = judge_server.requests[0]["messages"][1]["content"].split("Fence token: ")[1][:24]
+    nonce = user.split("Fence token: ")[1].split("\n")[0]
     for field in ("output", "context", "reference"):
         assert user.count(f"<<<{nonce} BEGIN {field}>>>") == 1
         assert user.count(f"<<<{nonce} END {field}>>>") == 1
