@@ -16,6 +16,7 @@ Every benchmark measures a *running* worker process from the outside:
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import os
 import platform
@@ -201,10 +202,16 @@ def collect(bootstrap: str, topic: str, n: int, timeout: float, progress: Any = 
     return asyncio.run(_collect(bootstrap, topic, n, timeout, seconds, progress))
 
 
-def steady_rate(stamps_ms: list[int], skip: float = 1.0, seconds: float | None = None
-                ) -> dict[str, Any]:
+def steady_rate(stamps_ms: list[int], skip: float = 1.0, seconds: float | None = None,
+                *, burst_gap_ms: float | None = None) -> dict[str, Any]:
     """Records per second in the steady part: from ``skip`` s after the first record
-    (warm-up: connections, first batches) for ``seconds`` or to the last record."""
+    (warm-up: connections, first batches) for ``seconds`` or to the last record.
+
+    With ``burst_gap_ms``, records that arrive in bursts (a worker publishes a
+    whole batch at once) are counted from the first burst in that span to the
+    start of its last one: a span cut through bursts counts whole batches more
+    or less, which moved a rate of ~75/s in steps of 64 records per 20 s
+    (0.04 of the figure)."""
     if len(stamps_ms) < 10:
         return {"rate": 0.0, "records": len(stamps_ms), "span_s": 0.0}
     ordered = sorted(stamps_ms)
@@ -212,6 +219,15 @@ def steady_rate(stamps_ms: list[int], skip: float = 1.0, seconds: float | None =
     if t0 >= ordered[-1]:
         t0 = ordered[0]
     t1 = ordered[-1] if seconds is None else min(ordered[-1], t0 + seconds * 1000)
+    if burst_gap_ms is not None:
+        starts = [t for before, t in zip(ordered, ordered[1:])
+                  if t0 <= t <= t1 and t - before >= burst_gap_ms]
+        if len(starts) >= 2:
+            first, last = starts[0], starts[-1]
+            counted = bisect.bisect_left(ordered, last) - bisect.bisect_left(ordered, first)
+            span = (last - first) / 1000
+            return {"rate": counted / span, "records": counted, "span_s": round(span, 2),
+                    "bursts": len(starts) - 1}
     inside = sum(1 for t in ordered if t0 <= t <= t1)
     span = max(1.0, t1 - t0) / 1000
     return {"rate": (inside - 1) / span, "records": inside, "span_s": round(span, 2)}

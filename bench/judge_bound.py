@@ -26,6 +26,8 @@ from common import (kill_workers, JudgeProc, Stopwatch, cases, collect, meta, ne
 #: Judge calls per message with the default metrics (bias + toxicity).
 CALLS_PER_MESSAGE = {"per_message": 1, "per_metric": 2}
 SKIP = 2.0
+#: Results come a batch at a time; a longer silence starts a new burst.
+BURST_GAP_MS = 100
 
 
 def run_one(bootstrap: str, tmp: Path, *, latency_ms: float, concurrency: int,
@@ -47,7 +49,7 @@ def run_one(bootstrap: str, tmp: Path, *, latency_ms: float, concurrency: int,
                              seconds=SKIP + seconds)
         finally:
             kill_workers(env)
-    steady = steady_rate(stamps, SKIP, seconds)
+    steady = steady_rate(stamps, SKIP, seconds, burst_gap_ms=BURST_GAP_MS)
     t0 = min(stamps) + SKIP * 1000 if stamps else 0
     calls = judge.calls_per_s(t0, t0 + steady["span_s"] * 1000)
     return {"latency_ms": latency_ms, "concurrency": concurrency, "experiment": experiment,

@@ -19,6 +19,7 @@ carry no probability.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sqlite3
 import threading
@@ -45,11 +46,8 @@ def cache_key(model: str, rubric: MetricRubric, judged: dict[str, str], scoring_
     Likewise a judge that asks for log-probabilities (``logprobs``) has keys of
     its own. The verdict threshold is not in the key: it is applied on reading.
     """
-    # A rubric without examples keys as it did before examples existed.
     data = {"model": model, "judged": judged, "mode": scoring_mode,
-            "reasoning": include_reasoning,
-            "rubric": rubric.model_dump(mode="json", exclude=None if rubric.examples
-                                        else {"examples"})}
+            "reasoning": include_reasoning, "rubric": _rubric_data(rubric)}
     if calls != "per_metric":
         data["calls"] = calls
     if logprobs:
@@ -57,8 +55,26 @@ def cache_key(model: str, rubric: MetricRubric, judged: dict[str, str], scoring_
     return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
+@functools.lru_cache(maxsize=256)
+def _rubric_data(rubric: MetricRubric) -> dict[str, object]:
+    """The rubric as keyed (dumped once per rubric, not per message: with its
+    examples that was most of a key's cost). Callers only serialise it."""
+    # A rubric without examples keys as it did before examples existed.
+    return rubric.model_dump(mode="json", exclude=None if rubric.examples else {"examples"})
+
+
 #: Fields left out of the result's JSON that a stored judgment must keep.
 _KEPT = ("probability_unsafe", "severity_probs", "judge_model")
+
+
+def _encode(result: MetricResult) -> bytes:
+    data = result.model_dump(mode="json")
+    data.update({name: getattr(result, name) for name in _KEPT})
+    return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+
+
+def _decode(blob: bytes) -> MetricResult:
+    return MetricResult.model_validate(orjson.loads(blob))
 
 
 def _as_hit(result: MetricResult) -> MetricResult:
@@ -77,23 +93,28 @@ class JudgmentCache(Protocol):
 
 
 class MemoryCache:
-    """A bounded in-process LRU cache."""
+    """A bounded in-process LRU cache.
+
+    Judgments are kept encoded, as :class:`SqliteCache` stores them: 20,000
+    results as models were ~400,000 objects that every full run of Python's
+    garbage collector walked (~0.3 s each, several a minute in a busy
+    worker); bytes are not walked. A hit decodes its entry."""
 
     def __init__(self, max_entries: int = 100_000) -> None:
-        self._data: OrderedDict[str, MetricResult] = OrderedDict()
+        self._data: OrderedDict[str, bytes] = OrderedDict()
         self._max = max_entries
 
     def get(self, key: str) -> MetricResult | None:
-        result = self._data.get(key)
-        if result is None:
+        blob = self._data.get(key)
+        if blob is None:
             return None
         self._data.move_to_end(key)
-        return _as_hit(result)
+        return _as_hit(_decode(blob))
 
     def put(self, key: str, result: MetricResult) -> None:
         if result.error is not None:
             return
-        self._data[key] = result
+        self._data[key] = _encode(result)
         self._data.move_to_end(key)
         while len(self._data) > self._max:
             self._data.popitem(last=False)
@@ -121,14 +142,12 @@ class SqliteCache:
                                    (key,)).fetchone()
         if row is None:
             return None
-        return _as_hit(MetricResult.model_validate(orjson.loads(row[0])))
+        return _as_hit(_decode(row[0]))
 
     def put(self, key: str, result: MetricResult) -> None:
         if result.error is not None:
             return
-        data = result.model_dump(mode="json")
-        data.update({name: getattr(result, name) for name in _KEPT})
-        blob = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+        blob = _encode(result)
         with self._lock, self._db:
             self._db.execute("INSERT OR REPLACE INTO judgments VALUES (?, ?)", (key, blob))
 

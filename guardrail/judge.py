@@ -323,6 +323,11 @@ class LLMJudge:
                     timeout=s.timeout + 1.0)
             finally:  # a failed attempt took the judge's time too
                 usage.seconds += time.perf_counter() - started
+        # Let the call that the released slot woke leave first: answers tend to
+        # come back together, and reading one (log-probabilities, parsing,
+        # scoring) before the next call is sent would add up to a wave's
+        # worth of reading to every call's round trip.
+        await asyncio.sleep(0)
         usage.add(completion.prompt_tokens, completion.completion_tokens, price_tokens(
             s.model, completion.prompt_tokens, completion.completion_tokens,
             cached_tokens=completion.cached_tokens,

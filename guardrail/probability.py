@@ -31,7 +31,6 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .errors import JudgeAnswerError
@@ -50,13 +49,13 @@ _JSON_SPACE = " \t\r\n"
 _DECODER = json.JSONDecoder()
 
 
-@dataclass(frozen=True)
-class TokenLogprob:
+class TokenLogprob(NamedTuple):
     """One answer token: its text, log-probability and top alternatives.
 
     ``raw`` holds the token's UTF-8 bytes when the server sent them (OpenAI
     and llama.cpp do): a character split over two tokens has a partial or
-    empty ``token`` string but exact bytes."""
+    empty ``token`` string but exact bytes. A tuple, not a dataclass: an
+    answer has a hundred or more of them and each response builds them all."""
 
     token: str
     logprob: float
@@ -100,14 +99,19 @@ def read_logprobs(logprobs: Any) -> tuple[TokenLogprob, ...] | None:
         return None
     tokens = []
     for item in content:
-        token, logprob = _get(item, "token"), _get(item, "logprob")
+        if isinstance(item, dict):  # the direct HTTP client's shape: no per-field dispatch
+            token, logprob = item.get("token"), item.get("logprob")
+            top, raw = item.get("top_logprobs"), item.get("bytes")
+        else:
+            token, logprob = _get(item, "token"), _get(item, "logprob")
+            top, raw = _get(item, "top_logprobs"), _get(item, "bytes")
         if not isinstance(token, str) or not _number(logprob):
             return None
         # The alternatives stay as sent: only the few tokens at a verdict are
         # ever read (see top_pairs), and converting all of them was most of
         # the worker's cost of a response with log-probabilities.
-        tokens.append(TokenLogprob(token, float(logprob), _get(item, "top_logprobs") or (),
-                                   _raw_bytes(_get(item, "bytes"))))
+        tokens.append(TokenLogprob(token, float(logprob), top or (),
+                                   _raw_bytes(raw) if raw is not None else None))
     return tuple(tokens)
 
 

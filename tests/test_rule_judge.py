@@ -10,6 +10,7 @@ import os
 
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 
+import asyncio
 import json
 import math
 import signal
@@ -149,6 +150,20 @@ async def test_latency_is_applied_and_changeable():
         await ask(server, "toxicity", "fine")
         # Generous: only checks the delay is gone, not how fast the machine is.
         assert time.monotonic() - started < 0.3 + 2.0
+
+
+async def test_with_latency_the_answer_is_still_the_rule_answer_and_an_outage_still_wins():
+    # The word-list answer is built while the latency runs; an outage switched
+    # on during it must still be what the caller gets.
+    async with JudgeServer(latency=0.3) as server:
+        toxic = json.loads(content_of(await ask(server, "toxicity", "you idiot")))
+        assert toxic["verdict"] == "UNSAFE" and server.errors == 0
+        call = asyncio.ensure_future(ask(server, "toxicity", "fine"))
+        await asyncio.sleep(0.1)
+        server.set_outage(True)
+        with pytest.raises(litellm.ServiceUnavailableError):
+            await call
+        assert (server.calls, server.errors) == (2, 1)
 
 
 async def test_hang_lets_client_time_out():
