@@ -110,8 +110,7 @@ def read_logprobs(logprobs: Any) -> tuple[TokenLogprob, ...] | None:
         # The alternatives stay as sent: only the few tokens at a verdict are
         # ever read (see top_pairs), and converting all of them was most of
         # the worker's cost of a response with log-probabilities.
-        tokens.append(TokenLogprob(token, float(logprob), top or (),
-                                   _raw_bytes(raw) if raw is not None else None))
+        tokens.append(TokenLogprob(token, float(logprob), top or (), _raw_bytes(raw)))
     return tuple(tokens)
 
 

@@ -200,16 +200,16 @@ class JudgeServer:
         while isinstance(reply, DelayReply):
             await asyncio.sleep(reply.seconds)
             reply = reply.then
-        if reply is None:
-            reply = steer_answer(rule_answer(body, triggers=self.triggers), body, self.p_unsafe)
-        return self._render(body, reply)
+        return self._render(body, self._rule_reply(body) if reply is None else reply)
+
+    def _rule_reply(self, body: dict) -> Reply:
+        return steer_answer(rule_answer(body, triggers=self.triggers), body, self.p_unsafe)
 
     def _answer_early(self, body: dict) -> web.Response | None:
         """The word-list answer, when nothing scripted or custom will answer."""
         if self._script or self.responder is not None or body.get("stream"):
             return None
-        return self._render(body, steer_answer(rule_answer(body, triggers=self.triggers),
-                                               body, self.p_unsafe))
+        return self._render(body, self._rule_reply(body))
 
     async def _choose(self, body: dict, fields: dict[str, str], metric: str) -> Reply:
         try:  # popleft, not a length check: another thread may script concurrently
