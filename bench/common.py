@@ -205,7 +205,8 @@ def collect(bootstrap: str, topic: str, n: int, timeout: float, progress: Any = 
 def steady_rate(stamps_ms: list[int], skip: float = 1.0, seconds: float | None = None,
                 *, burst_gap_ms: float | None = None) -> dict[str, Any]:
     """Records per second in the steady part: from ``skip`` s after the first record
-    (warm-up: connections, first batches) for ``seconds`` or to the last record.
+    (warm-up: connections, first batches) for ``seconds`` or to the last record;
+    ``start_ms`` and ``span_s`` say which span was counted.
 
     With ``burst_gap_ms``, records that arrive in bursts (a worker publishes a
     whole batch at once) are counted from the first burst in that span to the
@@ -227,10 +228,11 @@ def steady_rate(stamps_ms: list[int], skip: float = 1.0, seconds: float | None =
             counted = bisect.bisect_left(ordered, last) - bisect.bisect_left(ordered, first)
             span = (last - first) / 1000
             return {"rate": counted / span, "records": counted, "span_s": round(span, 2),
-                    "bursts": len(starts) - 1}
+                    "start_ms": first, "bursts": len(starts) - 1}
     inside = sum(1 for t in ordered if t0 <= t <= t1)
     span = max(1.0, t1 - t0) / 1000
-    return {"rate": (inside - 1) / span, "records": inside, "span_s": round(span, 2)}
+    return {"rate": (inside - 1) / span, "records": inside, "span_s": round(span, 2),
+            "start_ms": t0}
 
 
 def rss_mb(pid: int) -> float | None:

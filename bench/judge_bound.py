@@ -50,7 +50,7 @@ def run_one(bootstrap: str, tmp: Path, *, latency_ms: float, concurrency: int,
         finally:
             kill_workers(env)
     steady = steady_rate(stamps, SKIP, seconds, burst_gap_ms=BURST_GAP_MS)
-    t0 = min(stamps) + SKIP * 1000 if stamps else 0
+    t0 = steady.get("start_ms", 0)  # the judge's calls over the span the results were counted
     calls = judge.calls_per_s(t0, t0 + steady["span_s"] * 1000)
     return {"latency_ms": latency_ms, "concurrency": concurrency, "experiment": experiment,
             "judge_calls": judge_calls, "limit_calls_per_s": limit_calls,
