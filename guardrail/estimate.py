@@ -5,16 +5,23 @@ the judge would receive (one call per message, or per metric with
 ``judge_calls=per_metric``); output tokens are an expected answer size per
 mode and metric::
 
-    report = estimate_cases(cases, evaluator, judge=settings.judge, sample_rate=0.1)
+    report = estimate_cases(cases, evaluator, judge=settings.judge, sample_rate=0.1,
+                            escalation=settings.escalation)
     report.total.cost          # None when the judge model has no known price
     report.cost_cached         # the same with every prompt's static prefix read from cache
     report.warnings            # e.g. cases too long for the judge's context window
+    report.escalation          # with escalate_model: the cascade's worst case, or None
 
 The static prefix (system text, rubrics, answer instructions; see
 :mod:`guardrail.prompts`) is what a provider's prompt cache can serve: it is
 counted per call and priced a second time at the cost map's cached rate. A
 case longer than the judge model's context window (litellm's
 ``max_input_tokens``) is not priced: it is reported as a warning.
+
+With a cascade (``escalate_model``) the second judge's spend depends on how
+many first judgments fall inside ``escalate_band``, which only a run shows;
+the estimate gives its ceiling: every sampled message escalated on every
+metric, the same prompts counted and priced for the escalation model.
 """
 
 from __future__ import annotations
@@ -24,14 +31,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ._litellm import cached_input_price, count_message_tokens, max_input_tokens, price_tokens
+from .cascade import EscalationSettings, escalation_judge_settings
 from .evaluate import EffectiveConfig, Evaluator
 from .models import Case, CostEstimate, ScoringMode
 from .prompts import NONCE_BYTES, JudgePrompt, render_group_prompt, render_prompt
 from .settings import JudgeSettings
 
 __all__ = ["EXPECTED_OUTPUT_TOKENS", "GROUP_ENTRY_TOKENS", "OPENAI_MIN_CACHED_PROMPT",
-           "estimate_nonce", "CaseEstimate", "EstimateReport", "estimate_case",
-           "estimate_cases"]
+           "estimate_nonce", "CaseEstimate", "EscalationEstimate", "EstimateReport",
+           "estimate_case", "estimate_cases"]
 
 #: Typical answer sizes measured on the shipped rubrics (tokens per metric).
 EXPECTED_OUTPUT_TOKENS: dict[tuple[ScoringMode, bool], int] = {
@@ -61,6 +69,21 @@ class CaseEstimate:
 
 
 @dataclass
+class EscalationEstimate:
+    """The cascade's ceiling: what the escalation judge would spend if every
+    sampled message's first P(UNSAFE) fell inside ``band`` on every metric
+    (a cascade escalates only those, so a real run spends a share of this)."""
+
+    model: str
+    band: tuple[float, float]
+    calls: float
+    input_tokens: float
+    output_tokens: float
+    #: None when litellm's cost map has no price for ``model`` (never $0).
+    cost: float | None
+
+
+@dataclass
 class EstimateReport:
     model: str
     cases: list[CaseEstimate] = field(default_factory=list)
@@ -74,6 +97,8 @@ class EstimateReport:
     cost_cached: float | None = None
     cached_rate: float | None = None
     warnings: list[str] = field(default_factory=list)
+    #: With ``escalate_model`` set: the escalation judge's worst case.
+    escalation: EscalationEstimate | None = None
 
     @property
     def calls(self) -> float:
@@ -147,17 +172,24 @@ def estimate_case(case: Case, evaluator: Evaluator, *, model: str,
 
 
 def estimate_cases(cases: Iterable[Case], evaluator: Evaluator, *, judge: JudgeSettings,
-                   sample_rate: float = 1.0) -> EstimateReport:
+                   sample_rate: float = 1.0,
+                   escalation: EscalationSettings | None = None) -> EstimateReport:
     """Estimate every case and price the expected total (times ``sample_rate``)
-    with the judge model's prices, in full and with cached prefixes."""
+    with the judge model's prices, in full and with cached prefixes; with an
+    ``escalation`` whose ``model`` is set, also the cascade's ceiling."""
     if not 0.0 <= sample_rate <= 1.0:
         raise ValueError(f"sample_rate must be within 0..1, got {sample_rate}")
+    cases = list(cases)
     model = judge.model
     report = EstimateReport(model=model, sample_rate=sample_rate,
                             judge_calls=evaluator.evaluation.judge_calls)
     limit = max_input_tokens(model)
     report.cases = [estimate_case(case, evaluator, model=model, context_limit=limit)
                     for case in cases]
+    if escalation is not None and escalation.model:
+        report.escalation = _escalation_ceiling(
+            cases, evaluator, escalation_judge_settings(judge, escalation), escalation.band,
+            sample_rate)
     report.warnings = [f"case {c.case_id}: {c.skipped}" for c in report.cases
                        if c.skipped and "context window" in c.skipped]
     input_tokens = sum(c.input_tokens for c in report.cases)
@@ -176,3 +208,21 @@ def estimate_cases(cases: Iterable[Case], evaluator: Evaluator, *, judge: JudgeS
     report.cached_rate = None if judge.input_cost_per_token is not None else (
         cached_input_price(model))
     return report
+
+
+def _escalation_ceiling(cases: list[Case], evaluator: Evaluator, judge: JudgeSettings,
+                        band: tuple[float, float], sample_rate: float) -> EscalationEstimate:
+    """Every case judged again by ``judge`` with the same prompts (the cascade
+    sends the first judge's layout: one call per message, or one per metric)."""
+    limit = max_input_tokens(judge.model)
+    rows = [estimate_case(case, evaluator, model=judge.model, context_limit=limit)
+            for case in cases]
+    input_tokens = sum(r.input_tokens for r in rows)
+    output_tokens = sum(r.output_tokens for r in rows)
+    cost = price_tokens(judge.model, input_tokens, output_tokens,
+                        input_cost_per_token=judge.input_cost_per_token,
+                        output_cost_per_token=judge.output_cost_per_token)
+    return EscalationEstimate(
+        model=judge.model, band=band, calls=sum(r.calls for r in rows) * sample_rate,
+        input_tokens=input_tokens * sample_rate, output_tokens=output_tokens * sample_rate,
+        cost=None if cost is None else cost * sample_rate)

@@ -107,6 +107,37 @@ def test_estimate_per_metric_equals_token_count_of_rendered_prompts(workdir, ser
     assert report["calls"] == 2 and report["price_known"] is True
 
 
+def test_estimate_gives_the_cascade_ceiling_priced_for_the_escalation_model(workdir, server):
+    lines = [json.dumps({"case_id": f"c{i}", "output": f"answer number {i}"}) for i in range(4)]
+    (workdir / "cases.jsonl").write_text("\n".join(lines))
+    cascade = {"GUARDRAIL_ESCALATE_MODEL": "openai/gpt-4o", "GUARDRAIL_ESCALATE_BAND": "0.3,0.7"}
+    proc = _bash("guardrail estimate redteam --input cases.jsonl --json --sample-rate 0.5 "
+                 "--model openai/gpt-4o-mini", workdir, _env(server, **cascade))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    expected = 0
+    for line in lines:
+        case = Case.model_validate_json(line)
+        prompt = render_group_prompt(default_metrics(), case, scoring_mode="binary_yes_no",
+                                     include_reasoning=False,
+                                     nonce=estimate_nonce(case, "bias+toxicity"))
+        expected += count_message_tokens("openai/gpt-4o", list(prompt.messages))
+    output = 4 * 2 * (30 + GROUP_ENTRY_TOKENS)
+    ceiling = report["escalation"]
+    assert ceiling["model"] == "openai/gpt-4o" and ceiling["band"] == [0.3, 0.7]
+    assert ceiling["calls"] == 2  # every sampled message escalated, one call each
+    assert ceiling["input_tokens"] == pytest.approx(expected / 2)
+    assert ceiling["cost"] == pytest.approx((expected * 2.5e-6 + output * 10e-6) / 2)
+    assert report["calls"] == 2 and report["cost"]["cost"] < ceiling["cost"]  # first judge apart
+    text = _bash("guardrail estimate redteam --input cases.jsonl", workdir,
+                 _env(server, GUARDRAIL_ESCALATE_MODEL="openai/unpriced-escalation"))
+    assert "escalation to openai/unpriced-escalation: at most 4 more judge calls" in text.stdout
+    assert "unknown (no price" in text.stdout and "band 0.2-0.8" in text.stdout
+    plain = _bash("guardrail estimate redteam --input cases.jsonl --json", workdir, _env(server))
+    assert json.loads(plain.stdout)["escalation"] is None
+    assert server.calls == 0  # no API call
+
+
 def test_spec_run_line_verbatim_writes_spec_shaped_files(workdir, server):
     script = '''OUTPUT_DIR=./out/redteam
 mkdir -p "$OUTPUT_DIR"

@@ -172,7 +172,7 @@ def estimate_redteam(input_path: str, limit: int | None, sample_rate: float, as_
     # The estimator only renders prompts; the judge object is never called.
     evaluator = build_evaluator(settings)
     report = estimate_cases([case for _, case in cases], evaluator, judge=settings.judge,
-                            sample_rate=sample_rate)
+                            sample_rate=sample_rate, escalation=settings.escalation)
     asyncio.run(evaluator.aclose())
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)

@@ -30,6 +30,7 @@ def estimate_json(report: EstimateReport, settings: Settings) -> dict[str, Any]:
                           "share": report.prefix_share, "cost": report.cost_cached,
                           "cached_rate_per_token": report.cached_rate},
         "warnings": report.warnings,
+        "escalation": None if report.escalation is None else asdict(report.escalation),
     }
 
 
@@ -61,6 +62,7 @@ def print_estimate(report: EstimateReport, settings: Settings,
          f"output tokens (expected), estimated cost {cost}")
     _print_prefix(report, echo, hosted_openai=settings.judge.api_base is None and (
         report.model.startswith(("openai/", "gpt-"))))
+    _print_escalation(report, echo)
 
 
 def _print_prefix(report: EstimateReport, echo: Callable[[str], Any], *,
@@ -88,3 +90,16 @@ def _print_prefix(report: EstimateReport, echo: Callable[[str], Any], *,
     if report.model.startswith(("anthropic/", "claude")):
         echo("  note: Anthropic caches only behind a cache_control breakpoint, which guardrail "
              "does not send: expect the full price")
+
+
+def _print_escalation(report: EstimateReport, echo: Callable[[str], Any]) -> None:
+    ceiling = report.escalation
+    if ceiling is None:
+        return
+    cost = ("unknown (no price in litellm's cost map)" if ceiling.cost is None
+            else _money(ceiling.cost))
+    low, high = ceiling.band
+    echo(f"escalation to {ceiling.model}: at most {ceiling.calls:g} more judge calls, "
+         f"{ceiling.input_tokens:.0f} input and {ceiling.output_tokens:.0f} output tokens, "
+         f"{cost} more, if every first P(UNSAFE) fell inside the band {low:g}-{high:g}; "
+         "a run escalates only those (calibrate's curve shows how many fall there)")
