@@ -187,10 +187,13 @@ def serve(model_path: Path | None = None, *, host: str = "127.0.0.1", port: int 
         print(f"loading {path.name} …", file=log, flush=True)
         server = LocalJudgeServer(path, host=host, port=port, options=options).start()
         print(server.api_base, file=out, flush=True)  # parents read this line
+        # Concurrency = slots: calls beyond them wait inside llama.cpp, where the
+        # judge's own timing (calibrate's latency) would count the wait.
         print(f"local judge ready. Use it with:\n  export GUARDRAIL_JUDGE_MODEL="
               f"{LOCAL_JUDGE_MODEL} GUARDRAIL_JUDGE_API_KEY=local "
-              f"GUARDRAIL_JUDGE_API_BASE={server.api_base}\n(Ctrl-C or SIGTERM stops it)",
-              file=log, flush=True)
+              f"GUARDRAIL_JUDGE_API_BASE={server.api_base} "
+              f"GUARDRAIL_JUDGE_CONCURRENCY={server.options.parallel} "
+              f"GUARDRAIL_JUDGE_TIMEOUT=180\n(Ctrl-C or SIGTERM stops it)", file=log, flush=True)
         while not stop.wait(0.5):
             pass
         server.stop()
