@@ -195,10 +195,8 @@ def estimate_cases(cases: Iterable[Case], evaluator: Evaluator, *, judge: JudgeS
     input_tokens = sum(c.input_tokens for c in report.cases)
     output_tokens = sum(c.output_tokens for c in report.cases)
     prefix = sum(c.cached_prefix_tokens for c in report.cases)
-    prices = {"input_cost_per_token": judge.input_cost_per_token,
-              "output_cost_per_token": judge.output_cost_per_token}
-    cost = price_tokens(model, input_tokens, output_tokens, **prices)
-    cached = price_tokens(model, input_tokens, output_tokens, cached_tokens=prefix, **prices)
+    cost = _price(report.cases, judge)
+    cached = _price(report.cases, judge, cached_tokens=prefix)
     report.price_known = cost is not None
     report.total = CostEstimate(cost=None if cost is None else cost * sample_rate,
                                 input_tokens=float(input_tokens) * sample_rate,
@@ -217,12 +215,19 @@ def _escalation_ceiling(cases: list[Case], evaluator: Evaluator, judge: JudgeSet
     limit = max_input_tokens(judge.model)
     rows = [estimate_case(case, evaluator, model=judge.model, context_limit=limit)
             for case in cases]
-    input_tokens = sum(r.input_tokens for r in rows)
-    output_tokens = sum(r.output_tokens for r in rows)
-    cost = price_tokens(judge.model, input_tokens, output_tokens,
-                        input_cost_per_token=judge.input_cost_per_token,
-                        output_cost_per_token=judge.output_cost_per_token)
+    cost = _price(rows, judge)
     return EscalationEstimate(
         model=judge.model, band=band, calls=sum(r.calls for r in rows) * sample_rate,
-        input_tokens=input_tokens * sample_rate, output_tokens=output_tokens * sample_rate,
+        input_tokens=sum(r.input_tokens for r in rows) * sample_rate,
+        output_tokens=sum(r.output_tokens for r in rows) * sample_rate,
         cost=None if cost is None else cost * sample_rate)
+
+
+def _price(rows: list[CaseEstimate], judge: JudgeSettings, *,
+           cached_tokens: int = 0) -> float | None:
+    """What ``rows`` cost at ``judge``'s prices: its per-token overrides, else
+    litellm's cost map (None: no price known)."""
+    return price_tokens(judge.model, sum(r.input_tokens for r in rows),
+                        sum(r.output_tokens for r in rows), cached_tokens=cached_tokens,
+                        input_cost_per_token=judge.input_cost_per_token,
+                        output_cost_per_token=judge.output_cost_per_token)
