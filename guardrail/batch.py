@@ -24,7 +24,7 @@ from ._tasks import cancel_and_wait
 from .evaluate import aggregate_cost, build_evaluator
 from .inputs import InputProblem, default_case_id, position_id
 from .judge import Judge
-from .models import Case, CostEstimate, RedteamMetrics, dumps
+from .models import ITEM_FIELDS, Case, CostEstimate, RedteamMetrics, dumps
 from .settings import Settings
 
 __all__ = ["BatchSummary", "run_batch", "safe_filename", "case_report", "report_folder",
@@ -141,8 +141,7 @@ class BatchSummary:
 
 def case_report(case: Case, metrics: RedteamMetrics) -> dict[str, Any]:
     """The ``run eval`` per-case report: identity, judged fields, every branch."""
-    fields = case.model_dump(include={"output", "input", "context", "reference"},
-                             exclude_none=True)
+    fields = case.model_dump(include=set(ITEM_FIELDS), exclude_none=True)
     return {"case_id": case.case_id, "fields": fields,
             "redteam": metrics.model_dump(mode="json")}
 

@@ -22,7 +22,7 @@ import yaml
 from pydantic import ValidationError
 
 from .errors import RubricError
-from .models import MetricRubric
+from .models import ITEM_FIELDS, MetricRubric
 
 __all__ = ["default_rubric_dir", "load_rubric_dir", "load_rubric_file", "merge_metrics",
            "parse_metric", "default_metrics"]
@@ -60,7 +60,7 @@ def _describe(exc: ValidationError) -> str:
             parts.append(f"unknown field '{field}'")
         elif err["type"] == "literal_error" and field.startswith("item_fields"):
             parts.append(f"field '{field}': unknown item field {err.get('input')!r} "
-                         "(allowed: output, input, context, reference)")
+                         f"(allowed: {', '.join(ITEM_FIELDS)})")
         else:
             parts.append(f"field '{field}': {err['msg']}")
     return "; ".join(parts)

@@ -64,3 +64,21 @@ def test_case_without_output_is_flagged():
 def test_output_must_be_text():
     with pytest.raises(ValidationError):
         Case.model_validate({"output": 42})
+
+
+def test_a_case_derives_its_fields_from_messages():
+    case = Case.model_validate({"messages": [
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Goodbye"}]})
+    assert (case.output, case.input, case.conversation) == (
+        "Goodbye", "Bye", "user: Hi\nassistant: Hello")
+    assert case.field_text("conversation") == "user: Hi\nassistant: Hello"
+
+
+def test_conversation_is_an_allowed_item_field():
+    from guardrail.models import ITEM_FIELDS, MetricRubric
+
+    assert ITEM_FIELDS == ("output", "input", "context", "reference", "conversation")
+    MetricRubric(name="ctx", goal="g", item_fields=("conversation",))
+    with pytest.raises(ValidationError):
+        MetricRubric(name="ctx", goal="g", item_fields=("messages",))

@@ -124,3 +124,24 @@ def test_shipped_examples_render_in_every_mode():
         shipped = sum(len(m.examples) for m in default_metrics())
         assert static.count("<<<EXAMPLE>>>") == shipped >= 6
         assert static.count(" UNSAFE, evidence: ") >= 2
+
+
+def test_a_conversation_is_fenced_like_any_field_with_its_cut_marker():
+    turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} " + "z" * 80}
+             for i in range(12)]
+    case = Case.model_validate(
+        {"output": "Sure.", "messages": [*turns, {"role": "user", "content": "And now?"}]},
+        context={"conversation_max_chars": 300})
+    rubric = MetricRubric(name="in_context", goal="Judge the answer in its conversation",
+                          item_fields=("output", "conversation"))
+    prompt = render_prompt(rubric, case, scoring_mode="binary_yes_no", include_reasoning=False)
+    text = _user(prompt)
+    fenced = re.search(rf"<<<{prompt.nonce} BEGIN conversation>>>\n(.*?)\n"
+                       rf"<<<{prompt.nonce} END conversation>>>", text, re.DOTALL)
+    assert fenced and fenced.group(1) == case.conversation
+    assert re.match(r"\[… 9 earlier turns cut\]\nassistant: turn 9 z+\n", fenced.group(1))
+    assert prompt.judged["conversation"] == case.conversation
+    assert "Judge only the output, conversation fenced below." in text
+    # The default rubrics read the output alone: the conversation stays out.
+    assert "BEGIN conversation" not in _user(render_group_prompt(
+        default_metrics(), case, scoring_mode="binary_yes_no", include_reasoning=False))

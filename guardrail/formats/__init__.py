@@ -1,0 +1,51 @@
+"""Input formats: one input record → zero, one or many cases to judge.
+
+Pure decoding, no Kafka: the stream (:mod:`guardrail.stream.envelope`), the
+batch commands and ``guardrail inputs check`` all go through one decoder::
+
+    decoder = build_decoder(settings.inputs)           # from input_format / input_mapping
+    decoded = decoder.decode(raw_bytes, {"content-type": b"application/x-protobuf"})
+    for case in decoded.cases: ...                     # dicts in the case schema
+    decoded.skipped                                    # {"no_genai_span": 1}
+
+Formats:
+
+- ``case`` (:class:`CaseDecoder`): guardrail's case JSON (the default).
+- ``otlp`` (:class:`OtlpDecoder`): the OpenTelemetry Collector kafka
+  exporter's ``ExportTraceServiceRequest`` records (``otlp_proto`` or
+  ``otlp_json``); every GenAI span is a case.
+- ``openai`` (:class:`OpenAIDecoder`): chat-completions request/response logs.
+- ``mapping`` (:class:`MappingDecoder`): any JSON event, fields picked by
+  JMESPath expressions (``input_mapping``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .base import Decoded, Headers, InputDecoder, Notice, UndecodableRecord, load_json
+from .case import CaseDecoder
+
+if TYPE_CHECKING:
+    from ..settings import InputSettings
+
+__all__ = ["Decoded", "Headers", "InputDecoder", "Notice", "UndecodableRecord", "load_json",
+           "CaseDecoder", "build_decoder"]
+
+
+def build_decoder(inputs: InputSettings) -> InputDecoder:
+    """The decoder ``inputs.input_format`` names (a bad ``input_mapping`` raises
+    :class:`~guardrail.errors.ConfigError` here, at startup)."""
+    if inputs.input_format == "otlp":
+        from .otlp import OtlpDecoder
+
+        return OtlpDecoder(labels=inputs.otlp_labels)
+    if inputs.input_format == "openai":
+        from .openai import OpenAIDecoder
+
+        return OpenAIDecoder()
+    if inputs.input_format == "mapping":
+        from .mapping import MappingDecoder
+
+        return MappingDecoder(inputs.input_mapping or {})
+    return CaseDecoder()
