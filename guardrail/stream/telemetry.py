@@ -66,6 +66,15 @@ class Telemetry:
             "last hour", registry=r)
         self.budget_alerts = Counter("guardrail_budget_alerts", "Budget alerts fired, by "
                                      "state (throttled, restored)", ["state"], registry=r)
+        # Evaluation results sent as OTLP log records (see guardrail.stream.otel_export).
+        self.otlp_exported = Counter("guardrail_otlp_exported_records", "Evaluation log "
+                                     "records the OTLP endpoint accepted", registry=r)
+        self.otlp_failures = Counter("guardrail_otlp_export_failures", "OTLP log export "
+                                     "requests that failed (error answer, unreachable)",
+                                     registry=r)
+        self.otlp_dropped = Counter("guardrail_otlp_dropped_records", "Evaluation log records "
+                                    "not delivered, by reason (queue_full, export_failed, "
+                                    "shutdown, invalid)", ["reason"], registry=r)
 
         # Known label values exist from the start, at 0: Prometheus only sees an
         # increase between two scrapes of a series, so a series born at its first
@@ -76,6 +85,8 @@ class Telemetry:
             self.tokens.labels(direction=direction)
         for state in ("throttled", "restored"):
             self.budget_alerts.labels(state=state)
+        for reason in ("queue_full", "export_failed", "shutdown", "invalid"):
+            self.otlp_dropped.labels(reason=reason)
         self.effective_sample_rate.set(1.0)
 
     def expect_metrics(self, names: Iterable[str]) -> None:
