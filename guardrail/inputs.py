@@ -15,16 +15,18 @@ in the stream (:func:`default_case_id`)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 from pydantic import ValidationError
 
+from .formats.base import InputDecoder, UndecodableRecord
 from .models import Case
 
-__all__ = ["InputProblem", "read_cases", "parse_records", "case_from_record",
+__all__ = ["InputProblem", "InputRead", "read_cases", "read_inputs", "parse_records",
+           "case_from_record",
            "describe_validation", "default_case_id", "position_id"]
 
 
@@ -69,12 +71,14 @@ def describe_validation(exc: ValidationError, limit: int = 4) -> str:
     return "; ".join(parts)
 
 
-def case_from_record(record: Any) -> Case:
+def case_from_record(record: Any, *, conversation_max_chars: int | None = None) -> Case:
     """Validate one decoded record as a case (raises ``ValueError``)."""
     if not isinstance(record, dict):
         raise ValueError(f"a case must be a JSON object, got {_json_type(record)}")
+    context = ({} if conversation_max_chars is None
+               else {"conversation_max_chars": conversation_max_chars})
     try:
-        return Case.model_validate(record)
+        return Case.model_validate(record, context=context)
     except ValidationError as exc:
         raise ValueError(describe_validation(exc)) from None
 
@@ -119,17 +123,63 @@ def _parse_lines(data: bytes) -> tuple[list[tuple[str, Any]], list[InputProblem]
 def read_cases(path: Path | str, *, limit: int | None = None
                ) -> tuple[list[tuple[str, Case]], list[InputProblem]]:
     """Read and validate cases from a file; stops after ``limit`` valid cases."""
+    read = read_inputs(path, limit=limit)
+    return read.cases, read.problems
+
+
+@dataclass
+class InputRead:
+    """What a file held: its cases (with where each came from), the records
+    that could not be read, and what was counted and not judged (a span
+    without content, an OTLP batch with no GenAI span, …)."""
+
+    cases: list[tuple[str, Case]] = field(default_factory=list)
+    problems: list[InputProblem] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+def read_inputs(path: Path | str, *, decoder: InputDecoder | None = None,
+                limit: int | None = None, conversation_max_chars: int | None = None,
+                ) -> InputRead:
+    """Read a file's records in an input format (``case`` when ``decoder`` is
+    None) and validate their cases; stops after ``limit`` valid cases::
+
+        read = read_inputs("spans.jsonl", decoder=OtlpDecoder())
+        read.cases, read.problems, read.skipped
+    """
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        return [], [InputProblem(str(path), f"cannot read input: {exc.strerror or exc}")]
+        return InputRead(problems=[InputProblem(str(path),
+                                                f"cannot read input: {exc.strerror or exc}")])
     records, problems = parse_records(data)
-    cases: list[tuple[str, Case]] = []
+    read = InputRead(problems=problems)
     for where, record in records:
-        if limit is not None and len(cases) >= limit:
+        if limit is not None and len(read.cases) >= limit:
             break
-        try:
-            cases.append((where, case_from_record(record)))
-        except ValueError as exc:
-            problems.append(InputProblem(where, str(exc)))
-    return cases, problems
+        for at, case in _record_cases(where, record, decoder, read):
+            try:
+                read.cases.append((at, case_from_record(
+                    case, conversation_max_chars=conversation_max_chars)))
+            except ValueError as exc:
+                read.problems.append(InputProblem(at, str(exc)))
+    if limit is not None:
+        del read.cases[limit:]
+    return read
+
+
+def _record_cases(where: str, record: Any, decoder: InputDecoder | None,
+                  read: InputRead) -> list[tuple[str, Any]]:
+    """``(where, case dict)`` of one record; problems and skips go to ``read``."""
+    if decoder is None or decoder.name == "case":
+        return [(where, record)]  # validated as a case, with the case reasons
+    try:
+        decoded = decoder.decode_json(record)
+    except UndecodableRecord as exc:
+        read.problems.append(InputProblem(where, str(exc)))
+        return []
+    for outcome, count in decoded.skipped.items():
+        read.skipped[outcome] = read.skipped.get(outcome, 0) + count
+    if not decoder.many_per_record:
+        return [(where, case) for case in decoded.cases]
+    return [(f"{where} case {i + 1}", case) for i, case in enumerate(decoded.cases)]

@@ -17,6 +17,7 @@ judge never sees the Kafka password)::
     settings.worker      # WorkerSettings: batching, outages, shutdown, web
     settings.windows     # WindowSettings: windows, groups, alert rules, webhook
     settings.sampling    # SamplingSettings: sample rate and rules, the judge budget
+    settings.inputs      # InputSettings: input_format, input_mapping, otlp_endpoint, ...
     settings.escalation  # EscalationSettings (guardrail.cascade): escalate_model, band, ...
 
 Every setting also has one flat name, the name users write: ``judge_model``,
@@ -38,12 +39,13 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from .cascade import EscalationSettings
+from .formats.settings import InputSettings
 from ._config_file import read_config_file
 from .errors import ConfigError
 from .models import RedteamConfig
 
 __all__ = ["Settings", "JudgeSettings", "EvaluationSettings", "KafkaSettings", "WorkerSettings",
-           "WindowSettings", "AlertRule", "SamplingSettings", "SampleRule", "EscalationSettings",
+           "WindowSettings", "AlertRule", "SamplingSettings", "InputSettings", "SampleRule", "EscalationSettings",
            "load_settings", "settings_env", "read_config_file", "ENV_PREFIX", "FLAT_NAMES",
            "DEFAULT_CACHE_PATH"]
 
@@ -241,6 +243,7 @@ _GROUPS: dict[str, tuple[type[BaseModel], str]] = {
     "worker": (WorkerSettings, ""),
     "windows": (WindowSettings, ""),
     "sampling": (SamplingSettings, ""),
+    "inputs": (InputSettings, ""),
     "escalation": (EscalationSettings, "escalate_"),
 }
 
@@ -250,7 +253,8 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
     for group, (model, prefix) in _GROUPS.items() for field in model.model_fields}
 _SECRETS = ("judge_api_key", "escalate_api_key", "sasl_password")
 _LIST_FIELDS = {"group_labels"}
-_JSON_FIELDS = {"redteam", "alert_rules", "sample_rules", "verdict_thresholds"}
+_JSON_FIELDS = {"redteam", "alert_rules", "sample_rules", "verdict_thresholds",
+                "input_mapping", "otlp_labels"}
 
 
 def _nest(data: Any) -> Any:
@@ -283,6 +287,7 @@ class Settings(BaseModel):
     worker: WorkerSettings = WorkerSettings()
     windows: WindowSettings = WindowSettings()
     sampling: SamplingSettings = SamplingSettings()
+    inputs: InputSettings = InputSettings()
     escalation: EscalationSettings = EscalationSettings()
 
     @model_validator(mode="before")

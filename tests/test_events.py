@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from guardrail.stream.envelope import Source
-from guardrail.stream.events import (JudgmentEvent, MalformedEvent, parse_window_key,
+from guardrail.stream.events import (JudgmentEvent, mark_position, mark_value, MalformedEvent, parse_window_key,
                                      partition_key, window_key)
 
 V1 = {"model": "m", "model_version": "v1", "prompt_version": "p1"}
@@ -54,7 +54,7 @@ def test_events_from_before_replays_are_live_and_without_an_offset_are_not_dedup
              b'"status":"safe","case_id":"c1","event_time_ms":7,"evidence_spans":[],'
              b'"source":{"topic":"in","partition":0,"offset":3}}')
     assert JudgmentEvent.decode(older).origin == "live"
-    assert JudgmentEvent.decode(older).dedup_mark == ("live|in|0", 3)
+    assert JudgmentEvent.decode(older).dedup_mark == ("live|in|0", (3, 0))
     for source in (b'{"topic":"in","partition":0}', b'{"topic":"in","partition":0,"offset":"3"}',
                    b"null"):
         event = JudgmentEvent.decode(older.replace(b'{"topic":"in","partition":0,"offset":3}',
@@ -64,8 +64,22 @@ def test_events_from_before_replays_are_live_and_without_an_offset_are_not_dedup
 
 def test_the_dedup_mark_is_per_origin_and_source_partition():
     assert _event(source=Source("in", 4, 9), origin="replay-1").dedup_mark == \
-        ("replay-1|in|4", 9)
+        ("replay-1|in|4", (9, 0))
     assert _event(source=None).dedup_mark is None
+
+
+def test_cases_of_one_record_are_ordered_by_their_index_and_travel_with_it():
+    """An OTLP record holds many cases at one offset: the mark orders them by
+    (offset, index), and the index survives the wire."""
+    marks = [_event(source=Source("in", 0, 9, index=i)).dedup_mark[1] for i in range(3)]
+    assert marks == sorted(marks) and len(set(marks)) == 3
+    assert _event(source=Source("in", 0, 8, index=7)).dedup_mark[1] < marks[0]
+    event = _event(source=Source("in", 0, 9, index=2))
+    assert JudgmentEvent.decode(event.encode()).source == Source("in", 0, 9, index=2)
+    # Stored marks: a plain offset for a first case (as cells always held), else a pair.
+    assert [mark_value(m) for m in marks] == [9, [9, 1], [9, 2]]
+    assert [mark_position(mark_value(m)) for m in marks] == marks
+    assert mark_position(None) < (0, 0)
 
 
 def test_window_and_partition_keys_keep_their_format():

@@ -139,7 +139,7 @@ async def test_judgment_events_are_typed_on_the_wire_keyed_by_group_family(messa
     assert (toxicity.status, toxicity.case_id, toxicity.evidence_spans) == \
         ("unsafe", "c9", ("idiot",))
     assert toxicity.group == {"model": "m", "model_version": "v2", "prompt_version": "-"}
-    assert toxicity.dedup_mark == ("live|in|3", 17)
+    assert toxicity.dedup_mark == ("live|in|3", (17, 0))
     assert toxicity.event_time_ms == 1_700_000_000_000
     assert {o.key for o in sent} == {f"{metric}|model=m,prompt_version=-".encode()
                                      for metric in events}

@@ -47,7 +47,8 @@ def _runtime(events, *, stop_deadline=0.8, evaluator_fails=False):
     return WorkerRuntime(
         app=_App(events), telemetry=Telemetry(), dispatcher=dispatcher,
         settings=load_settings(environ={}, stop_deadline_seconds=stop_deadline),
-        message_judge=SimpleNamespace(evaluator=_Evaluator(events, evaluator_fails)))
+        message_judge=SimpleNamespace(evaluator=_Evaluator(events, evaluator_fails),
+                                      exporter=None))
 
 
 def _alert(alert_id):

@@ -55,6 +55,10 @@ OLD_NAMES = {
     "budget_step_seconds": ("sampling", "budget_step_seconds"),
     "escalate_model": ("escalation", "model"), "escalate_api_base": ("escalation", "api_base"),
     "escalate_api_key": ("escalation", "api_key"), "escalate_band": ("escalation", "band"),
+    "input_format": ("inputs", "input_format"), "input_mapping": ("inputs", "input_mapping"),
+    "otlp_labels": ("inputs", "otlp_labels"),
+    "conversation_max_chars": ("inputs", "conversation_max_chars"),
+    "otlp_endpoint": ("inputs", "otlp_endpoint"),
 }
 
 #: A value for each old name that differs from its default, as an environment string.
@@ -85,6 +89,9 @@ SAMPLE_ENV = {
     "budget_min_sample_rate": "0.05", "budget_step_seconds": "10",
     "escalate_model": "openai/strong", "escalate_api_base": "http://127.0.0.1:2/v1",
     "escalate_api_key": "sk-esc", "escalate_band": "0.3,0.7",
+    "input_format": "mapping", "input_mapping": '{"output": "response.text"}',
+    "otlp_labels": '{"team": ["app.team"]}', "conversation_max_chars": "500",
+    "otlp_endpoint": "http://127.0.0.1:4318",
 }
 
 

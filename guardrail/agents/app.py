@@ -32,6 +32,7 @@ from ..kafka.rates_view import RatesView
 from ..settings import Settings
 from ..stream.alerts import AlertDispatcher, Sender
 from ..stream.budget import check_budget_prices
+from ..stream.otel_export import evaluation_exporter
 from ..stream.processing import MessageJudge
 from ..stream.telemetry import Telemetry
 from . import dashboard, judging, sampling, web, windows
@@ -98,7 +99,9 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
     runtime = WorkerRuntime(
         app=app, settings=settings, telemetry=telemetry,
         message_judge=MessageJudge.from_settings(evaluator, settings, telemetry=telemetry,
-                                                 sampler=sampler, budget=budget),
+                                                 sampler=sampler, budget=budget,
+                                                 exporter=evaluation_exporter(settings,
+                                                                              telemetry)),
         dispatcher=dispatcher, rates_view=RatesView(settings),
     )
     sampling.register(runtime)  # before the judging agent: it may add a hook to acks

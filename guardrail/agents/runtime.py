@@ -139,6 +139,9 @@ class WorkerRuntime:
             await self._step("stopping the rates view", self.rates_view.stop)
         await self._step("delivering alerts", self._drain_alerts)
         await self._step("closing the evaluator", self.message_judge.evaluator.aclose)
+        exporter = self.message_judge.exporter
+        if exporter is not None:  # what it still holds is sent, within a bound
+            await self._step("flushing the OTLP evaluation exporter", exporter.aclose)
         await self._step("flushing the producer", self.app.flush_producer)
         log.info("runtime closed")
 

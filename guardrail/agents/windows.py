@@ -22,7 +22,8 @@ import faust
 from ..settings import AlertRule, WindowSettings
 from ..stream.alerts import AlertDispatcher, Cooldown, WindowCounts, check_rule, rule_for
 from ..stream.envelope import utc_iso
-from ..stream.events import JudgmentEvent, MalformedEvent, window_key
+from ..stream.events import (JudgmentEvent, MalformedEvent, mark_position, mark_value,
+                             window_key)
 from ..stream.telemetry import Telemetry
 
 if TYPE_CHECKING:
@@ -49,8 +50,8 @@ class WindowCounter:
 
     Duplicates are skipped: the judgment events of one input partition reach a
     window cell in input-offset order (the judging agent publishes in order), so
-    each cell keeps, per origin and input partition, the highest input offset it
-    counted, and a redelivered judgment (after a crash or rebalance, on either
+    each cell keeps, per origin and input partition, the highest input position
+    (offset, and case index inside a many-case record) it counted, and a redelivered judgment (after a crash or rebalance, on either
     side) is not counted twice. The mark lives in the cell itself, so count and
     mark are written — and recovered from the changelog — as one value.
     """
@@ -68,11 +69,11 @@ class WindowCounter:
         counts = WindowCounts.from_dict(self.windowed[key].current())
         mark = event.dedup_mark
         if mark is not None:
-            stream, offset = mark
-            if offset <= counts.marks.get(stream, -1):
+            stream, position = mark
+            if position <= mark_position(counts.marks.get(stream)):
                 self.telemetry.duplicate_judgments.inc()
                 return
-            counts.marks[stream] = offset
+            counts.marks[stream] = mark_value(position)
         counts.seen += 1
         if event.status == "not_sampled":  # seen, not judged: no verdict to count
             self.windowed[key] = counts.as_dict()

@@ -35,9 +35,11 @@ else:
     _register_stream(cli)
 
 from .calibrate import calibrate_command  # noqa: E402
+from .inputs import inputs_group  # noqa: E402
 from .local import register as _register_local  # noqa: E402
 
 cli.add_command(calibrate_command)
+cli.add_command(inputs_group)
 _register_local(cli)
 
 

@@ -8,19 +8,22 @@ from pathlib import Path
 from typing import Any
 
 import click
+import orjson
 
 from .._litellm import cached_input_price
 from ..batch import EXIT_PASS, GATE_EXIT_CODES, BatchSummary, report_folder, run_batch
 from ..estimate import estimate_cases
 from ..evaluate import build_evaluator
-from ..inputs import read_cases
+from ..formats import build_decoder
+from ..formats.settings import INPUT_FORMATS
+from ..inputs import InputRead, read_inputs
 from ..models import dumps
 from ..settings import Settings, load_settings
 from .estimate_view import estimate_json, print_estimate
 from .progress import Progress
 
 __all__ = ["run_group", "estimate_group", "settings_options", "settings_from_flags",
-           "not_judged_line"]
+           "not_judged_line", "input_format_options", "read_input_file"]
 
 
 def settings_options(func: Any) -> Any:
@@ -37,6 +40,43 @@ def settings_options(func: Any) -> Any:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def _mapping_flag(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    if value is None:
+        return None
+    try:
+        mapping = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}") from None
+    if not isinstance(mapping, dict):
+        raise click.BadParameter("must be a JSON object: case field -> JMESPath expression")
+    return mapping
+
+
+def input_format_options(func: Any) -> Any:
+    """``--input-format`` and ``--input-mapping`` (settings ``input_format``,
+    ``input_mapping``) for the commands that read input records."""
+    func = click.option("--input-mapping", callback=_mapping_flag,
+                        help='JSON object of case field -> JMESPath expression, e.g. '
+                        '\'{"output": "response.text"}\' (implies --input-format mapping).')(func)
+    return click.option("--input-format", type=click.Choice(INPUT_FORMATS),
+                        help="How input records are read: case (guardrail's case JSON, the "
+                        "default), otlp (OpenTelemetry spans), openai (chat-completions "
+                        "logs), mapping (any JSON, with --input-mapping).")(func)
+
+
+def read_input_file(input_path: str, settings: Settings, *, limit: int | None) -> InputRead:
+    """The file's cases in the configured input format; what was skipped or
+    could not be read is said on stderr."""
+    read = read_inputs(input_path, decoder=build_decoder(settings.inputs), limit=limit,
+                       conversation_max_chars=settings.inputs.conversation_max_chars)
+    for problem in read.problems:
+        click.echo(f"skipped {problem}", err=True)
+    if read.skipped:
+        counts = ", ".join(f"{count} {outcome}" for outcome, count in read.skipped.items())
+        click.echo(f"not judged (nothing to judge): {counts}", err=True)
+    return read
 
 
 def settings_from_flags(config_path: str | None, model: str | None, api_base: str | None,
@@ -79,13 +119,13 @@ def _run_command(name: str, report: str, help_text: str) -> click.Command:
                        "not be judged, else 4 if input records were skipped or nothing was "
                        "judged; 0 only when every case was read and judged SAFE.")
     @click.option("--quiet", is_flag=True, help="No progress line.")
+    @input_format_options
     @settings_options
     def command(input_path: str, limit: int | None, output_dir: str, fail_on_unsafe: bool,
                 quiet: bool, **flags: Any) -> None:
         settings = settings_from_flags(**flags)
-        cases, problems = read_cases(input_path, limit=limit)
-        for problem in problems:
-            click.echo(f"skipped {problem}", err=True)
+        read = read_input_file(input_path, settings, limit=limit)
+        cases, problems = read.cases, read.problems
         folder = report_folder(Path(output_dir), report)
         with Progress("judged", unit="cases", total=len(cases),
                       enabled=not quiet and bool(cases)) as progress:
@@ -161,14 +201,13 @@ def estimate_group() -> None:
 @click.option("--sample-rate", type=click.FloatRange(0.0, 1.0), default=1.0, show_default=True,
               help="Share of cases that will be judged (0-1); multiplies calls and cost.")
 @click.option("--json", "as_json", is_flag=True, help="Print the estimate as JSON.")
+@input_format_options
 @settings_options
 def estimate_redteam(input_path: str, limit: int | None, sample_rate: float, as_json: bool,
                      **flags: Any) -> None:
     """Render the real judge prompts, count tokens with litellm and price them."""
     settings = settings_from_flags(**flags)
-    cases, problems = read_cases(input_path, limit=limit)
-    for problem in problems:
-        click.echo(f"skipped {problem}", err=True)
+    cases = read_input_file(input_path, settings, limit=limit).cases
     # The estimator only renders prompts; the judge object is never called.
     evaluator = build_evaluator(settings)
     report = estimate_cases([case for _, case in cases], evaluator, judge=settings.judge,

@@ -17,7 +17,7 @@ from ..kafka.broker import DEFAULT_PORT, EmbeddedBroker
 from ..kafka.io import produce_records, tail_records
 from ..kafka.topics import ensure_topics
 from ..stream.envelope import parse_event_time
-from .batch import settings_from_flags, settings_options
+from .batch import input_format_options, settings_from_flags, settings_options
 from .progress import Progress
 
 if TYPE_CHECKING:  # replay pulls in the judge (litellm): imported when the command runs
@@ -61,6 +61,7 @@ def _settings(bootstrap_servers: str | None, **flags: Any) -> Any:
 
 @click.command("worker")
 @_stream_options
+@input_format_options
 @click.option("--web-port", type=int, help="Port of /rates, /health, /metrics.")
 @click.option("--loglevel", default="info", show_default=True)
 def worker_command(web_port: int | None, loglevel: str, **flags: Any) -> None:
@@ -159,6 +160,7 @@ def _time(value: str | None) -> int | None:
 
 @click.command("replay")
 @_stream_options
+@input_format_options
 @click.option("--from", "start", required=True, help="Start time: ISO-8601 or epoch s/ms.")
 @click.option("--to", "end", help="End time (exclusive); default: the end seen at start.")
 @click.option("--topic", help="Topic to replay (default: the input topic).")

@@ -44,7 +44,8 @@ class WindowCounts:
     errors: int = 0
     examples: list[dict[str, Any]] = field(default_factory=list)
     #: Highest input offset counted per origin and input partition (de-duplication).
-    marks: dict[str, int] = field(default_factory=dict)
+    #: Per origin|topic|partition: the last position counted (see events.mark_value).
+    marks: dict[str, int | list[int]] = field(default_factory=dict)
     #: Messages seen, judged or not (last, so positional uses keep their meaning).
     seen: int = 0
 

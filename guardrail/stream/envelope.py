@@ -25,17 +25,24 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
-import orjson
 from pydantic import ValidationError
 
+from ..formats.base import InputDecoder, Notice, UndecodableRecord
+from ..formats.case import CaseDecoder
 from ..inputs import default_case_id, describe_validation
 from ..models import Case, RedteamMetrics
 
-__all__ = ["Source", "Headers", "InputMessage", "BadInput", "decode_input", "result_record",
+#: The ``conversation`` field's default budget (``conversation_max_chars``).
+DEFAULT_CONVERSATION_CHARS = 8000
+_CASE_FORMAT = CaseDecoder()
+
+__all__ = ["Source", "Headers", "InputMessage", "BadInput", "DecodedRecord", "decode_input",
+           "decode_record", "message_from_case", "trace_from_headers", "result_record",
            "dlq_record", "group_labels", "parse_event_time", "utc_iso", "text_or_b64",
            "bytes_from_text", "headers_map", "B64_PREFIX"]
 
@@ -53,7 +60,12 @@ Headers = tuple[tuple[str, bytes | None], ...]
 @dataclass(frozen=True)
 class Source:
     """Where a message came from (so consumers can de-duplicate), with its
-    Kafka key and headers (so results can be joined back to traces)."""
+    Kafka key and headers (so results can be joined back to traces).
+
+    ``index`` is a case's position inside its record when one record holds
+    several cases (an OTLP batch of spans): results, DLQ records and judgment
+    events then name ``topic/partition/offset/index``, and the window
+    counter's de-duplication orders cases by ``(offset, index)``."""
 
     topic: str
     partition: int
@@ -61,14 +73,30 @@ class Source:
     timestamp_ms: int | None = None
     key: bytes | None = None
     headers: Headers = ()
+    index: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partition": self.partition, "offset": self.offset}
+        coordinates: dict[str, Any] = {"topic": self.topic, "partition": self.partition,
+                                       "offset": self.offset}
+        if self.index is not None:
+            coordinates["index"] = self.index
+        return coordinates
 
     @property
     def coordinates(self) -> str:
-        """``topic/partition/offset``: names a message that has no other name."""
-        return f"{self.topic}/{self.partition}/{self.offset}"
+        """``topic/partition/offset`` (``/index`` inside a many-case record):
+        names a message that has no other name."""
+        where = f"{self.topic}/{self.partition}/{self.offset}"
+        return where if self.index is None else f"{where}/{self.index}"
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """``(offset, index)``: the order of cases within one input partition."""
+        return self.offset, self.index or 0
+
+    def at(self, index: int) -> Source:
+        """This record's source for its case number ``index``."""
+        return replace(self, index=index)
 
 
 def text_or_b64(value: bytes | None) -> str | None:
@@ -109,11 +137,24 @@ class InputMessage:
     case: Case
     metadata: dict[str, str] = field(default_factory=dict)
     event_time_ms: int | None = None
+    #: ``{"trace_id": 32 hex, "span_id": 16 hex}``: the judged span (``otlp``)
+    #: or the input's W3C ``traceparent`` header; None when unknown.
+    trace: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
 class BadInput:
     reason: str
+
+
+@dataclass(frozen=True)
+class DecodedRecord:
+    """One input record's cases, each with its own source (``index`` set when
+    the format can hold several), plus what was counted and not judged."""
+
+    items: list[tuple[Source, InputMessage | BadInput]]
+    skipped: dict[str, int] = field(default_factory=dict)
+    notices: tuple[Notice, ...] = ()
 
 
 def utc_iso(ms: int | float) -> str:
@@ -161,33 +202,65 @@ def _metadata(value: Any) -> dict[str, str]:
     return labels
 
 
+def decode_record(raw: bytes | None, *, max_bytes: int, source: Source,
+                  decoder: InputDecoder | None = None,
+                  conversation_max_chars: int = DEFAULT_CONVERSATION_CHARS,
+                  ) -> DecodedRecord | BadInput:
+    """Decode one input record with ``decoder`` (the ``case`` format by default).
+
+    A record that cannot be read is one :class:`BadInput`; otherwise each case
+    is validated on its own, so one bad span of a batch does not sink the rest.
+    """
+    decoder = decoder or _CASE_FORMAT
+    try:
+        decoded = decoder.decode(_checked(raw, max_bytes), dict(source.headers))
+    except UndecodableRecord as exc:
+        return BadInput(str(exc))
+    header_trace = trace_from_headers(source.headers)
+    items: list[tuple[Source, InputMessage | BadInput]] = []
+    for index, data in enumerate(decoded.cases):
+        where = source.at(index) if decoder.many_per_record else source
+        items.append((where, message_from_case(data, where, trace=header_trace,
+                                               conversation_max_chars=conversation_max_chars)))
+    return DecodedRecord(items, dict(decoded.skipped), decoded.notices)
+
+
+def _checked(raw: bytes | None, max_bytes: int) -> bytes:
+    if raw is None:
+        raise UndecodableRecord("message has no value (tombstone)")
+    if len(raw) > max_bytes:
+        raise UndecodableRecord(f"message is {len(raw)} bytes, over the limit of {max_bytes}")
+    return raw
+
+
 def decode_input(raw: bytes | None, *, max_bytes: int,
                  source: Source | None = None) -> InputMessage | BadInput:
-    """Validate one input message; every failure names its reason.
+    """Validate one message of the ``case`` format; every failure names its reason.
 
     With its ``source``, a case without ``case_id`` is named by the rule file
     runs use too (:func:`~guardrail.inputs.default_case_id`): its Kafka key,
     else ``topic/partition/offset``.
     """
-    if raw is None:
-        return BadInput("message has no value (tombstone)")
-    if len(raw) > max_bytes:
-        return BadInput(f"message is {len(raw)} bytes, over the limit of {max_bytes}")
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return BadInput(f"value is not valid UTF-8 (byte {exc.start})")
+        data = _CASE_FORMAT.decode(_checked(raw, max_bytes), {}).cases[0]
+    except UndecodableRecord as exc:
+        return BadInput(str(exc))
+    return message_from_case(data, source,
+                             trace=trace_from_headers(source.headers) if source else None)
+
+
+def message_from_case(data: dict[str, Any], source: Source | None, *,
+                      trace: dict[str, str] | None = None,
+                      conversation_max_chars: int = DEFAULT_CONVERSATION_CHARS,
+                      ) -> InputMessage | BadInput:
+    """Validate one case dict of a decoded record (see :mod:`guardrail.formats.base`)."""
     try:
-        data = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        return BadInput(f"value is not valid JSON: {str(exc)[:200]}")
-    if not isinstance(data, dict):
-        return BadInput(f"value must be a JSON object, got {type(data).__name__}")
-    try:
-        case = Case.model_validate(data)
+        case = Case.model_validate(
+            data, context={"conversation_max_chars": conversation_max_chars})
         metadata = _metadata(data.get("metadata"))
         event_time = (parse_event_time(data["timestamp"])
                       if data.get("timestamp") is not None else None)
+        trace = _trace(data["trace"]) if data.get("trace") is not None else trace
     except ValidationError as exc:
         return BadInput(f"invalid case: {describe_validation(exc)}")
     except ValueError as exc:
@@ -197,7 +270,36 @@ def decode_input(raw: bytes | None, *, max_bytes: int,
     if source is not None and not case.case_id:
         case = case.model_copy(
             update={"case_id": default_case_id(source.key, source.coordinates)})
-    return InputMessage(case=case, metadata=metadata, event_time_ms=event_time)
+    return InputMessage(case=case, metadata=metadata, event_time_ms=event_time, trace=trace)
+
+
+_TRACE_ID, _SPAN_ID = re.compile(r"[0-9a-f]{32}"), re.compile(r"[0-9a-f]{16}")
+
+
+def _trace(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ValueError("trace must be an object with trace_id and span_id")
+    trace_id, span_id = str(value.get("trace_id", "")).lower(), str(value.get("span_id", "")).lower()
+    if not (_TRACE_ID.fullmatch(trace_id) and _SPAN_ID.fullmatch(span_id)):
+        raise ValueError("trace needs trace_id (32 hex) and span_id (16 hex)")
+    return {"trace_id": trace_id, "span_id": span_id}
+
+
+def trace_from_headers(headers: Headers) -> dict[str, str] | None:
+    """The trace context of a W3C ``traceparent`` header
+    (``00-<trace_id>-<parent_id>-<flags>``), None when absent or malformed
+    (and for the all-zero ids the spec calls invalid)."""
+    value = next((v for name, v in reversed(headers) if name.lower() == "traceparent"), None)
+    if not value:
+        return None
+    parts = value.decode("latin-1").strip().lower().split("-")
+    if len(parts) < 4 or len(parts[0]) != 2 or parts[0] == "ff":
+        return None
+    trace_id, span_id = parts[1], parts[2]
+    if not (_TRACE_ID.fullmatch(trace_id) and _SPAN_ID.fullmatch(span_id)) \
+            or not trace_id.strip("0") or not span_id.strip("0"):
+        return None
+    return {"trace_id": trace_id, "span_id": span_id}
 
 
 def group_labels(metadata: dict[str, str], labels: tuple[str, ...]) -> dict[str, str]:
@@ -220,6 +322,8 @@ def result_record(message: InputMessage, metrics: RedteamMetrics, source: Source
         "key": text_or_b64(source.key),
         "headers": headers_map(source.headers),
     })
+    if message.trace is not None:
+        record["trace"] = message.trace
     return record
 
 

@@ -32,7 +32,7 @@ import orjson
 from .envelope import Source
 
 __all__ = ["JudgmentEvent", "MalformedEvent", "Status", "window_key", "partition_key",
-           "parse_window_key"]
+           "parse_window_key", "mark_value", "mark_position"]
 
 #: ``not_sampled``: the message was seen but not judged (added with sampling;
 #: older events never carry it, and a counter from before sampling skips it as
@@ -49,6 +49,23 @@ def _labels_text(labels: dict[str, str]) -> str:
     # Not escaped: '=' or ',' inside a label make the text ambiguous to read
     # back, but escaping now would change the keys of existing table cells.
     return ",".join(f"{k}={v}" for k, v in labels.items())
+
+
+def mark_value(position: tuple[int, int]) -> int | list[int]:
+    """A de-duplication mark as a window cell stores it: the offset alone for
+    the first (or only) case of a record, as cells always held it, else
+    ``[offset, index]``."""
+    offset, index = position
+    return offset if index == 0 else [offset, index]
+
+
+def mark_position(value: Any) -> tuple[int, int]:
+    """The ``(offset, index)`` a stored mark stands for; no mark: before any."""
+    if value is None:
+        return (-1, 0)
+    if isinstance(value, list):
+        return int(value[0]), int(value[1])
+    return int(value), 0
 
 
 def window_key(metric: str, labels: dict[str, str]) -> str:
@@ -99,14 +116,16 @@ class JudgmentEvent:
         return partition_key(self.metric, self.group, version_label).encode()
 
     @property
-    def dedup_mark(self) -> tuple[str, int] | None:
-        """``(stream, offset)`` for the window counter's de-duplication: the
-        stream is one origin's input partition, whose events arrive in offset
-        order. None (no source offset): counted without de-duplication."""
+    def dedup_mark(self) -> tuple[str, tuple[int, int]] | None:
+        """``(stream, (offset, index))`` for the window counter's
+        de-duplication: the stream is one origin's input partition, whose
+        events arrive in offset order, and within one record (an OTLP batch
+        holds many cases at one offset) in case order. None (no source
+        offset): counted without de-duplication."""
         if self.source is None:
             return None
         src = self.source
-        return f"{self.origin}|{src.topic}|{src.partition}", src.offset
+        return f"{self.origin}|{src.topic}|{src.partition}", src.position
 
     def encode(self) -> bytes:
         return orjson.dumps({
@@ -196,7 +215,10 @@ def _source(value: Any) -> Source | None:
     if not isinstance(topic, str) or not _is_int(partition):
         raise MalformedEvent(f"source needs a string topic and an integer partition, "
                              f"got {value!r:.100}")
-    return Source(topic=topic, partition=partition, offset=value["offset"])
+    index = value.get("index")
+    if index is not None and not _is_int(index):
+        raise MalformedEvent(f"source.index must be an integer, got {index!r:.60}")
+    return Source(topic=topic, partition=partition, offset=value["offset"], index=index)
 
 
 def _origin(value: Any) -> str:

@@ -31,28 +31,43 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from .._tasks import gather_or_cancel
 from ..evaluate import Evaluator
+from ..formats import CaseDecoder, InputDecoder, build_decoder
 from ..models import RedteamMetrics
 from ..settings import KafkaSettings, Settings, WindowSettings, WorkerSettings
 from .budget import BudgetGovernor
-from .envelope import (BadInput, Headers, InputMessage, Source, decode_input, dlq_record,
-                       group_labels, result_record)
+from .envelope import (DEFAULT_CONVERSATION_CHARS, BadInput, DecodedRecord, Headers,
+                       InputMessage, Source, decode_record, dlq_record, group_labels,
+                       result_record)
 from .events import JudgmentEvent, Status
 from .sampling import Sampler
 from .telemetry import Telemetry
 
-__all__ = ["RawMessage", "Outgoing", "MessageJudge", "JudgeTally"]
+__all__ = ["RawMessage", "Outgoing", "MessageJudge", "JudgeTally", "ResultExporter"]
 
 log = logging.getLogger("guardrail.worker")
 
 #: Rounds a batch is retried when only some judgments (below the outage
 #: threshold) failed on the judge's side, before those errors are published.
 PARTIAL_OUTAGE_RETRIES = 3
+
+
+#: A valid case of a batch: its record, its own source (``index`` inside a
+#: many-case record) and the decoded message.
+Case3 = tuple["RawMessage", Source, InputMessage]
+
+
+class ResultExporter(Protocol):
+    """Somewhere else each judged result goes (``otlp_endpoint``): must not
+    block or raise (see :class:`guardrail.stream.otel_export.EvaluationExporter`)."""
+
+    def export(self, metrics: RedteamMetrics, trace: dict[str, str] | None, *, case_id: str,
+               event_time_ms: int | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -111,8 +126,17 @@ class MessageJudge:
                  windows: WindowSettings, telemetry: Telemetry | None = None,
                  emit_judgments: bool = True, results_topic: str | None = None,
                  dlq_topic: str | None = None, origin: str = "live",
-                 sampler: Sampler | None = None, budget: BudgetGovernor | None = None) -> None:
+                 sampler: Sampler | None = None, budget: BudgetGovernor | None = None,
+                 decoder: InputDecoder | None = None,
+                 conversation_max_chars: int = DEFAULT_CONVERSATION_CHARS,
+                 exporter: ResultExporter | None = None) -> None:
         self.evaluator = evaluator
+        #: The input format (``case`` when None) and its conversation budget.
+        self.decoder = decoder or CaseDecoder()
+        self.conversation_max_chars = conversation_max_chars
+        #: Where else every result goes (OTLP log records), best effort.
+        self.exporter = exporter
+        self._noticed: set[str] = set()
         self.worker, self.kafka, self.windows = worker, kafka, windows
         self.telemetry = telemetry or Telemetry()
         self.emit_judgments = emit_judgments
@@ -133,54 +157,83 @@ class MessageJudge:
     @classmethod
     def from_settings(cls, evaluator: Evaluator, settings: Settings, **options: Any,
                       ) -> MessageJudge:
-        """Take the groups it needs (worker, kafka, windows) from ``settings``."""
+        """Take the groups it needs (worker, kafka, windows, inputs) from ``settings``."""
+        options.setdefault("decoder", build_decoder(settings.inputs))
+        options.setdefault("conversation_max_chars", settings.inputs.conversation_max_chars)
         return cls(evaluator, worker=settings.worker, kafka=settings.kafka,
                    windows=settings.windows, **options)
 
     async def process(self, batch: list[RawMessage]) -> list[Outgoing]:
         """Never raises for bad input or judge trouble, except
-        :class:`~guardrail.errors.JudgeConfigError`; may wait out an outage."""
-        decoded = [(raw, decode_input(raw.value, max_bytes=self.worker.max_message_bytes,
-                                      source=raw.source))
-                   for raw in batch]
-        good = [(raw, msg) for raw, msg in decoded if isinstance(msg, InputMessage)]
-        outgoing = [self._dlq(raw, msg.reason) for raw, msg in decoded
-                    if isinstance(msg, BadInput)]
+        :class:`~guardrail.errors.JudgeConfigError`; may wait out an outage.
+
+        One record may hold many cases (``otlp``): each gets its own source
+        (``index``), and the records of all of them come back together, so the
+        caller acks the record only after every case of it is published."""
+        good, outgoing = self._decode(batch)
         # Before any await: batches start in order, so the sampler sees each
-        # partition's messages in offset order (its version counts need that).
+        # partition's cases in (offset, index) order (its version counts need that).
         chosen = self._sample(good)
-        judged = [(raw, msg) for (raw, msg), take in zip(good, chosen) if take]
+        judged = [case for case, take in zip(good, chosen) if take]
         self.telemetry.in_flight.inc(len(judged))
         try:
-            verdicts = await self._judge_until_available([msg for _, msg in judged])
+            verdicts = await self._judge_until_available([msg for _, _, msg in judged])
         finally:
             self.telemetry.in_flight.dec(len(judged))
         if self.budget is not None:
             self.budget.record(verdicts)
             self.budget.update()
-        # In input order: the window counter skips an event whose offset is not
+        # In input order: the window counter skips an event whose position is not
         # above the last one counted for its partition, unsampled ones included.
         next_verdict = iter(verdicts)
-        for (raw, msg), take in zip(good, chosen):
-            outgoing.extend(self._records(raw, msg, next(next_verdict)) if take
-                            else self._not_sampled(raw, msg))
+        for (raw, source, msg), take in zip(good, chosen):
+            outgoing.extend(self._records(raw, source, msg, next(next_verdict)) if take
+                            else self._not_sampled(source, msg))
         return outgoing
 
-    def _sample(self, good: list[tuple[RawMessage, InputMessage]]) -> list[bool]:
-        """Judge each message? (All of them without a sampler.)"""
+    def _decode(self, batch: list[RawMessage]) -> tuple[list[Case3], list[Outgoing]]:
+        """The batch's valid cases in input order, and DLQ records for the rest."""
+        good: list[Case3] = []
+        dlq: list[Outgoing] = []
+        for raw in batch:
+            decoded = decode_record(raw.value, max_bytes=self.worker.max_message_bytes,
+                                    source=raw.source, decoder=self.decoder,
+                                    conversation_max_chars=self.conversation_max_chars)
+            if isinstance(decoded, BadInput):
+                dlq.append(self._dlq(raw, raw.source, decoded.reason))
+                continue
+            self._note_skipped(decoded)
+            for source, item in decoded.items:
+                if isinstance(item, BadInput):
+                    dlq.append(self._dlq(raw, source, item.reason))
+                else:
+                    good.append((raw, source, item))
+        return good, dlq
+
+    def _note_skipped(self, decoded: DecodedRecord) -> None:
+        """Count what a record held and was not to judge; say each notice once."""
+        for outcome, count in decoded.skipped.items():
+            self.telemetry.messages.labels(outcome=outcome).inc(count)
+        for notice in decoded.notices:
+            if notice.key not in self._noticed:
+                self._noticed.add(notice.key)
+                log.warning("%s", notice.text)
+
+    def _sample(self, good: list[Case3]) -> list[bool]:
+        """Judge each case? (All of them without a sampler.)"""
         if self.sampler is None:
             return [True] * len(good)
         factor = 1.0 if self.budget is None else self.budget.factor
-        return [self.sampler.decide(msg, raw.source, factor) for raw, msg in good]
+        return [self.sampler.decide(msg, source, factor) for _, source, msg in good]
 
-    def _not_sampled(self, raw: RawMessage, message: InputMessage) -> list[Outgoing]:
+    def _not_sampled(self, source: Source, message: InputMessage) -> list[Outgoing]:
         """No result, only a ``not_sampled`` event per metric (the windows' seen)."""
         self.not_sampled += 1
         self.telemetry.messages.labels(outcome="not_sampled").inc()
         if not self.emit_judgments:
             return []
         names = [m.name for m in self.evaluator.effective_config(message.case).metrics]
-        return self._events(message, raw, [(n, "not_sampled", ()) for n in names])
+        return self._events(message, source, [(n, "not_sampled", ()) for n in names])
 
     async def _judge(self, message: InputMessage) -> RedteamMetrics:
         started = time.perf_counter()
@@ -233,26 +286,29 @@ class MessageJudge:
     async def _pause(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
-    def _dlq(self, raw: RawMessage, reason: str) -> Outgoing:
+    def _dlq(self, raw: RawMessage, source: Source, reason: str) -> Outgoing:
+        """A DLQ record for a whole record, or (``source.index`` set) one case of it."""
         self.telemetry.messages.labels(outcome="dlq").inc()
-        log.info("DLQ %s[%d]@%d: %s", raw.source.topic, raw.source.partition,
-                 raw.source.offset, reason)
-        value = orjson.dumps(dlq_record(reason, raw.value, raw.source))
-        return Outgoing(self.dlq_topic, raw.source.key, value, headers=raw.source.headers)
+        log.info("DLQ %s: %s", source.coordinates, reason)
+        value = orjson.dumps(dlq_record(reason, raw.value, source))
+        return Outgoing(self.dlq_topic, source.key, value, headers=source.headers)
 
-    def _records(self, raw: RawMessage, message: InputMessage,
+    def _records(self, raw: RawMessage, source: Source, message: InputMessage,
                  metrics: RedteamMetrics) -> list[Outgoing]:
-        event_ms = _event_ms(raw, message)
-        record = result_record(message, metrics, raw.source, event_time_ms=event_ms,
+        event_ms = _event_ms(source, message)
+        record = result_record(message, metrics, source, event_time_ms=event_ms,
                                judge_model=self.evaluator.judge.model)
-        # Keyed by case_id, which decode_input always set (the case's own, else
+        # Keyed by case_id, which decoding always set (the case's own, else
         # the input's key, else its coordinates).
-        key = (message.case.case_id or raw.source.coordinates).encode()
+        key = (message.case.case_id or source.coordinates).encode()
         records = [Outgoing(self.results_topic, key, orjson.dumps(record),
                             headers=raw.source.headers)]
         self._count(metrics)
+        if self.exporter is not None:
+            self.exporter.export(metrics, message.trace, case_id=message.case.case_id or "",
+                                 event_time_ms=event_ms)
         if self.emit_judgments:
-            records.extend(self._events(message, raw, [
+            records.extend(self._events(message, source, [
                 (m.name, "error" if m.error else ("unsafe" if m.unsafe else "safe"),
                  tuple(m.result[0].evidence_spans[:3]) if m.unsafe else ())
                 for m in metrics.metrics]))
@@ -275,16 +331,16 @@ class MessageJudge:
             else:
                 t.cost.inc(m.cost)
 
-    def _events(self, message: InputMessage, raw: RawMessage,
+    def _events(self, message: InputMessage, source: Source,
                 verdicts: list[tuple[str, Status, tuple[str, ...]]]) -> list[Outgoing]:
         """Judgment events, one per (metric, status, evidence spans)."""
         labels = group_labels(message.metadata, self.windows.group_labels)
-        event_ms = _event_ms(raw, message)
+        event_ms = _event_ms(source, message)
         outgoing = []
         for metric, status, spans in verdicts:
             event = JudgmentEvent(
                 metric=metric, group=labels, status=status, case_id=message.case.case_id,
-                event_time_ms=event_ms, evidence_spans=spans, source=raw.source,
+                event_time_ms=event_ms, evidence_spans=spans, source=source,
                 origin=self.origin)
             outgoing.append(Outgoing(self.kafka.judgments_topic,
                                      event.partition_key(self.windows.version_label),
@@ -292,9 +348,9 @@ class MessageJudge:
         return outgoing
 
 
-def _event_ms(raw: RawMessage, message: InputMessage) -> int:
+def _event_ms(source: Source, message: InputMessage) -> int:
     """The message's event time: its own, else the Kafka timestamp, else now."""
-    return next((t for t in (message.event_time_ms, raw.source.timestamp_ms)
+    return next((t for t in (message.event_time_ms, source.timestamp_ms)
                  if t is not None and t >= 0), int(time.time() * 1000))
 
 

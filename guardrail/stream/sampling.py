@@ -57,6 +57,7 @@ import orjson
 
 from ..settings import SampleRule, SamplingSettings
 from .envelope import InputMessage, Source, group_labels
+from .events import mark_position, mark_value
 
 __all__ = ["sample_point", "is_sampled", "sample_id", "Sampler", "VersionQuota", "QuotaStore",
            "DictStore"]
@@ -115,12 +116,14 @@ class VersionQuota:
         quota = math.ceil(n / self.partitions)
         key = f"{scope}|{version}|{source.topic}|{source.partition}"
         state = self.store.get(key) or {"count": 0, "last": -1, "full_until": -1}
-        if source.offset <= state["last"]:  # redelivered: decided as the first time
-            return source.offset <= state["full_until"]
+        # Positions, not offsets: the cases of one record share its offset.
+        if source.position <= mark_position(state["last"]):  # redelivered: as the first time
+            return source.position <= mark_position(state["full_until"])
         count = state["count"] + 1
         full = count <= quota
-        self.store.put(key, {"count": count, "last": source.offset,
-                             "full_until": source.offset if full else state["full_until"]},
+        here = mark_value(source.position)
+        self.store.put(key, {"count": count, "last": here,
+                             "full_until": here if full else state["full_until"]},
                        source.partition)
         return full
 

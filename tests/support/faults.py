@@ -52,15 +52,21 @@ def delivery_figures(produced: list[str], results: list[dict[str, Any]]) -> dict
             "unexpected": len(set(counts) - expected)}
 
 
+#: Input records to produce and the case ids they hold (a record may hold many).
+Inputs = tuple[list[tuple[Any, ...]], list[str]]
+
+
 def _setup(bootstrap: str, judge: JudgeServer, workdir: Path, cases: int,
-           **settings: Any) -> tuple[StreamEnv, list[str]]:
+           inputs: Inputs | None = None, **settings: Any) -> tuple[StreamEnv, list[str]]:
     env = StreamEnv(bootstrap, judge.api_base, workdir, **settings)
     created = env.cli("produce", "--input", "/dev/null")
     if created.returncode != 0:
         raise RuntimeError(f"topic creation failed: {created.stderr}")
-    messages = sample_cases(cases)
-    asyncio.run(produce(bootstrap, env.topic("input"), messages))
-    return env, [k.decode() for k, _, _ in messages]
+    if inputs is None:
+        messages = sample_cases(cases)
+        inputs = messages, [k.decode() for k, _, _ in messages]
+    asyncio.run(produce(bootstrap, env.topic("input"), inputs[0]))
+    return env, inputs[1]
 
 
 def _done(expected: set[str]) -> Any:
@@ -69,11 +75,14 @@ def _done(expected: set[str]) -> Any:
 
 def crash_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *, cases: int,
                    kills: int = 3, latency: float = 0.05, seed: int = 7,
-                   timeout: float = 600) -> dict[str, Any]:
-    """SIGKILL the worker ``kills`` times at random points while judging."""
+                   timeout: float = 600, inputs: Inputs | None = None,
+                   **settings: Any) -> dict[str, Any]:
+    """SIGKILL the worker ``kills`` times at random points while judging
+    (``cases`` case records, or ``inputs`` in the format ``settings`` name)."""
     rng = random.Random(seed)
     judge.latency = latency
-    env, produced = _setup(bootstrap, judge, workdir, cases)
+    env, produced = _setup(bootstrap, judge, workdir, cases, inputs, **settings)
+    cases = len(produced)
     started = time.monotonic()
     killed_at = []
     with TopicWatcher(bootstrap, env.topic("results")) as results:
@@ -101,7 +110,7 @@ def _window_figures(env: StreamEnv, web_port: int, most: int) -> dict[str, Any]:
     """Judgment events on the topic, unique ones, and what the windows counted."""
     judgments = asyncio.run(consume(env.bootstrap, env.topic("judgments"), expect=most,
                                     timeout=30, settle=2))
-    unique = len({(j["source"]["partition"], j["source"]["offset"], j["metric"])
+    unique = len({(j["source"]["partition"], _position(j["source"]), j["metric"])
                   for j in judgments})
     total = _window_totals(web_port, expect=unique)
     return {"judgment_events": len(judgments), "unique_judgments": unique,
@@ -110,22 +119,27 @@ def _window_figures(env: StreamEnv, web_port: int, most: int) -> dict[str, Any]:
                 "GUARDRAIL_WINDOW_SECONDS", Settings().windows.window_seconds)))}
 
 
+def _position(source: dict[str, Any]) -> tuple[int, int]:
+    """A case's place in its partition: offset, then index inside the record."""
+    return source["offset"], source.get("index") or 0
+
+
 def _out_of_order(judgments: list[dict[str, Any]], window_seconds: float) -> int:
     """First-time judgments that reached their window cell behind a higher input
-    offset of the same source partition (the counter would take them for
+    position of the same source partition (the counter would take them for
     redeliveries); 0 when the judging agent keeps its ordering promise."""
-    highest: dict[tuple, int] = {}
+    highest: dict[tuple, tuple[int, int]] = {}
     seen: set[tuple] = set()
     late = 0
     for j in judgments:
         src = j["source"]
         cell = (j["table_key"], j["event_time_ms"] // int(window_seconds * 1000),
                 j.get("origin"), src["topic"], src["partition"])
-        ident = (cell, src["offset"])
-        if ident not in seen and src["offset"] < highest.get(cell, -1):
+        ident = (cell, _position(src))
+        if ident not in seen and _position(src) < highest.get(cell, (-1, 0)):
             late += 1
         seen.add(ident)
-        highest[cell] = max(highest.get(cell, -1), src["offset"])
+        highest[cell] = max(highest.get(cell, (-1, 0)), _position(src))
     return late
 
 

@@ -5,6 +5,7 @@ suite (bench/faults.py) and the benchmarks."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import os
 import signal
@@ -155,21 +156,23 @@ class WebhookSink:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
 
+    #: The path POSTs are taken at.
+    path = "/alerts"
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.attempts.append(body)
+        self.attempted.set()
+        if len(self.attempts) <= self.failures:
+            await asyncio.sleep(self.failure_delay)
+            return web.json_response({"error": "unavailable"}, status=503)
+        self.received.append(body)
+        return web.json_response({"ok": True})
+
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
-
-        async def handle(request: web.Request) -> web.Response:
-            body = await request.json()
-            self.attempts.append(body)
-            self.attempted.set()
-            if len(self.attempts) <= self.failures:
-                await asyncio.sleep(self.failure_delay)
-                return web.json_response({"error": "unavailable"}, status=503)
-            self.received.append(body)
-            return web.json_response({"ok": True})
-
         app = web.Application()
-        app.router.add_post("/alerts", handle)
+        app.router.add_post(self.path, self.handle)
         runner = web.AppRunner(app)
         self._loop.run_until_complete(runner.setup())
         self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
@@ -232,3 +235,31 @@ class TopicWatcher:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(10)
+
+
+class OtlpLogSink(WebhookSink):
+    """An OTLP/HTTP logs endpoint in a thread (``POST /v1/logs``): keeps each
+    ``ExportLogsServiceRequest``, parsed with opentelemetry-proto, and answers
+    as a Collector does. ``url`` is the endpoint to configure (no path)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.requests: list[Any] = []
+
+    path = "/v1/logs"
+
+    async def handle(self, request: web.Request) -> web.Response:
+        from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+            ExportLogsServiceRequest, ExportLogsServiceResponse)
+
+        body = await request.read()
+        if body[:2] == b"\x1f\x8b":  # gzip, unless aiohttp already inflated it
+            body = gzip.decompress(body)
+        self.requests.append(ExportLogsServiceRequest.FromString(body))
+        return web.Response(content_type="application/x-protobuf",
+                            body=ExportLogsServiceResponse().SerializeToString())
+
+    def log_records(self) -> list[Any]:
+        return [record for req in list(self.requests) for rl in req.resource_logs
+                for sl in rl.scope_logs for record in sl.log_records]

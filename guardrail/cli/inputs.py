@@ -1,0 +1,153 @@
+"""``guardrail inputs check``: what the worker would make of some input records.
+
+Set up ``input_format`` / ``input_mapping`` before pointing a worker at
+production: each record goes through the worker's own decoding
+(:func:`guardrail.stream.envelope.decode_record`) and the command shows the
+cases it yields, or why it yields none::
+
+    guardrail inputs check spans.jsonl --input-format otlp
+    guardrail inputs check --topic otlp_spans --max 20 --input-format otlp
+    guardrail inputs check events.jsonl --input-mapping '{"output": "response.text"}' --json
+
+Exit code 0 when every record decoded (cases or a counted skip), 1 when some
+record would go to the DLQ, 2 for usage and settings errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from ..formats import build_decoder
+from ..inputs import parse_records
+from ..settings import Settings
+from ..stream.envelope import BadInput, DecodedRecord, InputMessage, Source, decode_record
+from .batch import input_format_options, settings_from_flags, settings_options
+
+__all__ = ["inputs_group"]
+
+_EXCERPT = 72
+
+
+@click.group("inputs")
+def inputs_group() -> None:
+    """Check how input records become cases (input_format, input_mapping)."""
+
+
+@inputs_group.command("check")
+@click.argument("path", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option("--topic", help="Read a sample of this Kafka topic instead of a file.")
+@click.option("--max", "limit", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Records to check.")
+@click.option("--bootstrap-servers", help="Kafka bootstrap servers (with --topic).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON line per record.")
+@input_format_options
+@settings_options
+def check_command(path: str | None, topic: str | None, limit: int, bootstrap_servers: str | None,
+                  as_json: bool, **flags: Any) -> None:
+    """Show the cases each record yields (PATH: JSON, JSON Lines, or one OTLP
+    protobuf message), or why it yields none."""
+    if (path is None) == (topic is None):
+        raise click.UsageError("give a file PATH or --topic, not both")
+    settings = settings_from_flags(bootstrap_servers=bootstrap_servers, **flags)
+    records = (_file_records(Path(path), settings) if path is not None
+               else _topic_records(settings, topic or "", limit))
+    failed = 0
+    for index, (where, decoded) in enumerate(records):
+        if index >= limit:
+            break
+        failed += _show(where, decoded, as_json)
+    sys.exit(1 if failed else 0)
+
+
+def _decode(raw: bytes, source: Source, settings: Settings) -> DecodedRecord | BadInput:
+    return decode_record(raw, max_bytes=settings.worker.max_message_bytes, source=source,
+                         decoder=build_decoder(settings.inputs),
+                         conversation_max_chars=settings.inputs.conversation_max_chars)
+
+
+def _file_records(path: Path, settings: Settings
+                  ) -> Iterator[tuple[str, DecodedRecord | BadInput]]:
+    data = path.read_bytes()
+    records, problems = parse_records(data)
+    if not records and settings.inputs.input_format == "otlp":
+        # Not JSON: one protobuf ExportTraceServiceRequest, as the Collector sends it.
+        yield "file", _decode(data, Source(path.name, 0, 0), settings)
+        return
+    for problem in problems:
+        yield problem.where, BadInput(problem.reason)
+    for number, (where, record) in enumerate(records):
+        # Re-encoded and decoded as the worker decodes a Kafka value.
+        yield where, _decode(orjson.dumps(record), Source(path.name, 0, number), settings)
+
+
+def _topic_records(settings: Settings, topic: str, limit: int
+                   ) -> Iterator[tuple[str, DecodedRecord | BadInput]]:
+    from ..kafka.io import tail_records
+
+    async def read() -> list[Any]:
+        return [message async for message, _ in tail_records(
+            settings.kafka, topic, from_beginning=True, idle_timeout=3.0, limit=limit)]
+
+    for message in asyncio.run(read()):
+        headers = tuple((name, value) for name, value in (message.headers or ()))
+        source = Source(message.topic, message.partition, message.offset,
+                        timestamp_ms=message.timestamp, key=message.key, headers=headers)
+        yield source.coordinates, _decode(message.value, source, settings)
+
+
+def _show(where: str, decoded: DecodedRecord | BadInput, as_json: bool) -> int:
+    """Print one record's outcome; 1 when something of it would go to the DLQ."""
+    if isinstance(decoded, BadInput):
+        click.echo(orjson.dumps({"where": where, "dlq": decoded.reason}).decode() if as_json
+                   else f"{where}: DLQ: {decoded.reason}")
+        return 1
+    cases = [_case_view(source, item) for source, item in decoded.items]
+    if as_json:
+        click.echo(orjson.dumps({"where": where, "cases": cases,
+                                 "skipped": decoded.skipped}).decode())
+    else:
+        skipped = ", ".join(f"{n} {outcome}" for outcome, n in decoded.skipped.items())
+        click.echo(f"{where}: {len(cases)} case(s)" + (f"; not judged: {skipped}" if skipped
+                                                       else ""))
+        for case in cases:
+            click.echo("  " + _case_line(case))
+        for notice in decoded.notices:
+            click.echo(f"  note: {notice.text}")
+    return int(any("dlq" in case for case in cases))
+
+
+def _case_view(source: Source, item: InputMessage | BadInput) -> dict[str, Any]:
+    if isinstance(item, BadInput):
+        return {"source": source.as_dict(), "dlq": item.reason}
+    case = item.case
+    return {"source": source.as_dict(), "case_id": case.case_id, "output": case.output,
+            "input": case.input, "conversation": case.field_text("conversation"),
+            "metadata": item.metadata, "event_time_ms": item.event_time_ms,
+            "trace": item.trace}
+
+
+def _case_line(case: dict[str, Any]) -> str:
+    if "dlq" in case:
+        return f"DLQ: {case['dlq']}"
+    parts = [f"case_id={case['case_id']}", f"output={_excerpt(case['output'])}"]
+    if case["input"]:
+        parts.append(f"input={_excerpt(case['input'])}")
+    if case["conversation"]:
+        parts.append(f"conversation={len(case['conversation'])} chars")
+    if case["metadata"]:
+        parts.append(" ".join(f"{k}={v}" for k, v in case["metadata"].items()))
+    if case["trace"]:
+        parts.append(f"trace={case['trace']['trace_id']}:{case['trace']['span_id']}")
+    return "  ".join(parts)
+
+
+def _excerpt(text: str | None) -> str:
+    text = " ".join((text or "").split())
+    return repr(text if len(text) <= _EXCERPT else text[:_EXCERPT - 1] + "…")
