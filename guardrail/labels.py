@@ -4,9 +4,12 @@ Each labelled case is one JSON line::
 
     {"output": "You absolute idiot.", "label": "unsafe", "metric": "toxicity"}
 
-(optional: ``case_id``, ``input``, ``context``, ``reference``, ``note``; any
-other column is kept, never shown to the judge, and carried into
-``misjudged.jsonl``). Usage::
+(optional: ``case_id``, ``input``, ``context``, ``reference``, ``note``, and
+``messages``, a conversation whose last assistant turn is the output when
+``output`` is absent; any other column is kept, never shown to the judge, and
+carried into ``misjudged.jsonl``). In another input format (``decoder``),
+each line is a record of that format with ``label`` and ``metric`` (and
+``note``) beside it. Usage::
 
     cases, problems = read_labels(Path("labels.jsonl"), metrics=["toxicity"], limit=20)
     cases[0].extras          # {"source": "forum-dump-3"}: the columns guardrail ignores
@@ -26,9 +29,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import InputError
+from .formats.base import InputDecoder, UndecodableRecord
 from .inputs import describe_validation
 from .models import Case
 
@@ -42,7 +46,8 @@ class LabelledCase(BaseModel):
     # bookkeeping: kept for misjudged.jsonl, never sent to the judge.
     model_config = ConfigDict(extra="allow")
 
-    output: str = Field(min_length=1)
+    #: Absent when ``messages`` end with the assistant turn that is judged.
+    output: str | None = None
     label: Literal["unsafe", "safe"]
     metric: str = Field(min_length=1)
     case_id: str | None = None
@@ -50,6 +55,17 @@ class LabelledCase(BaseModel):
     context: str | list[str] | None = None
     reference: str | None = None
     note: str | None = None
+    messages: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _has_an_output(self) -> LabelledCase:
+        if self.output is None:
+            derived = self.to_case(0)  # the conversation's last assistant turn
+            if not derived.has_output:
+                raise ValueError("output is required (or messages ending with an "
+                                 "assistant turn)")
+            self.output, self.input = derived.output, derived.input
+        return self
 
     @property
     def extras(self) -> dict[str, Any]:
@@ -57,8 +73,10 @@ class LabelledCase(BaseModel):
         return dict(self.model_extra or {})
 
     def to_case(self, index: int) -> Case:
-        return Case(case_id=self.case_id or f"{self.metric}-{index}", output=self.output,
-                    input=self.input, context=self.context, reference=self.reference)
+        return Case.model_validate({
+            "case_id": self.case_id or f"{self.metric}-{index}", "output": self.output,
+            "input": self.input, "context": self.context, "reference": self.reference,
+            "messages": self.messages})
 
 
 def default_labels_path() -> Path:
@@ -66,12 +84,13 @@ def default_labels_path() -> Path:
     return Path(str(resources.files("guardrail").joinpath("calibration", "labels.jsonl")))
 
 
-def read_labels(path: Path, *, metrics: Sequence[str] = (), limit: int | None = None
-                ) -> tuple[list[LabelledCase], list[str]]:
+def read_labels(path: Path, *, metrics: Sequence[str] = (), limit: int | None = None,
+                decoder: InputDecoder | None = None) -> tuple[list[LabelledCase], list[str]]:
     """Parse JSON Lines; bad lines are returned as problems (with line numbers).
 
     ``metrics`` keeps only those metrics; ``limit`` keeps N per metric, balanced
-    (see :func:`balanced_sample`). Every line is checked, kept or not.
+    (see :func:`balanced_sample`). Every line is checked, kept or not. With a
+    ``decoder`` other than the case format, each line is one of its records.
     """
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -83,18 +102,35 @@ def read_labels(path: Path, *, metrics: Sequence[str] = (), limit: int | None = 
         if not line.strip():
             continue
         try:
-            case = LabelledCase.model_validate(orjson.loads(line))
+            labelled = [LabelledCase.model_validate(record)
+                        for record in _labelled_records(orjson.loads(line), decoder)]
         except orjson.JSONDecodeError as exc:
             problems.append(f"{path}:{number}: not valid JSON: {exc}")
             continue
         except ValidationError as exc:
             problems.append(f"{path}:{number}: {describe_validation(exc)}")
             continue
-        if not case.output.strip():
-            problems.append(f"{path}:{number}: output is blank")
-        elif not metrics or case.metric in metrics:
-            cases.append(case)
+        except UndecodableRecord as exc:
+            problems.append(f"{path}:{number}: {exc}")
+            continue
+        for case in labelled:
+            if not (case.output or "").strip():
+                problems.append(f"{path}:{number}: output is blank")
+            elif not metrics or case.metric in metrics:
+                cases.append(case)
     return (cases if limit is None else balanced_sample(cases, limit)), problems
+
+
+_LABEL_COLUMNS = ("label", "metric", "note")
+
+
+def _labelled_records(record: Any, decoder: InputDecoder | None) -> list[Any]:
+    """The labelled case dicts of one line: the line itself in the case format,
+    else each case its record decodes to, with the line's label columns."""
+    if decoder is None or decoder.name == "case":
+        return [record]
+    columns = {k: record[k] for k in _LABEL_COLUMNS if isinstance(record, dict) and k in record}
+    return [{**case, **columns} for case in decoder.decode_json(record).cases]
 
 
 def _draw_order(case: LabelledCase) -> bytes:

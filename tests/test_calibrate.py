@@ -507,3 +507,29 @@ def test_cli_with_token_probabilities_end_to_end(rule_judge, tmp_path):
     assert "<svg" in (tmp_path / "cal" / "curves.html").read_text()
     loaded = load_settings(config_path=tmp_path / "cal" / "thresholds.yaml", environ={})
     assert loaded.evaluation.verdict_thresholds == report["recommended_thresholds"]
+
+
+def test_labelled_conversations_and_other_input_formats_are_read(rule_judge, tmp_path):
+    """A labelled case may be a conversation (its last assistant turn is judged),
+    and with --input-format each line is a record of that format plus its label."""
+    conversation = {"messages": [{"role": "user", "content": "Is my order late?"},
+                                 {"role": "assistant", "content": "Yes, you idiot."}],
+                    "label": "unsafe", "metric": "toxicity"}
+    cases, problems = read_labels(_write(tmp_path / "c.jsonl", [
+        conversation, {"messages": [{"role": "user", "content": "hi"}], "label": "safe",
+                       "metric": "toxicity"}]))
+    assert [(c.output, c.input) for c in cases] == [("Yes, you idiot.", "Is my order late?")]
+    assert len(problems) == 1 and "assistant turn" in problems[0]
+    logs = _write(tmp_path / "openai.jsonl", [
+        {"request": {"model": "m", "messages": [{"role": "user", "content": "hello"}]},
+         "response": {"id": "r1", "model": "m", "object": "chat.completion", "created": 1,
+                      "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                          "role": "assistant", "content": text}}]},
+         "label": label, "metric": "toxicity"}
+        for text, label in (("Shut up, idiot.", "unsafe"), ("Glad to help.", "safe"))])
+    proc = _cli(["--labels", str(logs), "--input-format", "openai", "--json"], rule_judge,
+                tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    toxicity = report["metrics"]["toxicity"]
+    assert toxicity["cases"] == 2 and toxicity["accuracy"] == 1.0

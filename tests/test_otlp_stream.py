@@ -151,6 +151,8 @@ def test_many_spans_per_record_each_get_a_result_and_one_count(kafka_bootstrap, 
     try:
         assert env.cli("produce", "--input", "/dev/null").returncode == 0
         asyncio.run(produce(env.bootstrap, env.topic("input"), records))
+        # Before any worker: what the topic's records would become.
+        check = env.cli("inputs", "check", "--topic", env.topic("input"), "--max", "3", "--json")
         worker = env.start_worker()
         results = asyncio.run(consume(env.bootstrap, env.topic("results"), expect=100,
                                       timeout=120, settle=2))
@@ -158,5 +160,8 @@ def test_many_spans_per_record_each_get_a_result_and_one_count(kafka_bootstrap, 
     finally:
         env.stop_workers()
     assert sorted(r["case_id"] for r in results) == sorted(":".join(span_ids(s)) for s in spans)
+    assert check.returncode == 0, check.stderr
+    checked = [json.loads(line) for line in check.stdout.splitlines()]
+    assert len(checked) == 3 and {len(c["cases"]) for c in checked} <= {10, 25}
     toxicity = [r for r in rates if r["metric"] == "toxicity"]
     assert sum(r["total"] for r in toxicity) == 100 and sum(r["unsafe"] for r in toxicity) == 20

@@ -18,7 +18,8 @@ from ..calibrate import (CalibrationReport, MetricReport, calibrate, default_lab
 from ..errors import InputError
 from ..models import dumps
 from ..thresholds import Target, display_rows, recommend
-from .batch import settings_from_flags, settings_options
+from ..formats import build_decoder
+from .batch import input_format_options, settings_from_flags, settings_options
 from .progress import Progress
 
 __all__ = ["calibrate_command"]
@@ -49,6 +50,7 @@ def _parse_target(_ctx: click.Context, _param: click.Parameter, value: str) -> T
               help="Where report.json, misjudged.jsonl, curves.html and thresholds.yaml go.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
+@input_format_options
 @settings_options
 def calibrate_command(labels_path: Path | None, metrics: tuple[str, ...], limit: int | None,
                       target: Target, output_dir: Path, as_json: bool, quiet: bool,
@@ -57,7 +59,8 @@ def calibrate_command(labels_path: Path | None, metrics: tuple[str, ...], limit:
     recommend each metric's verdict threshold from the judge's P(UNSAFE)."""
     settings = settings_from_flags(**flags)
     labels_path = labels_path or default_labels_path()
-    cases, problems = read_labels(labels_path, metrics=metrics, limit=limit)
+    cases, problems = read_labels(labels_path, metrics=metrics, limit=limit,
+                                  decoder=build_decoder(settings.inputs))
     for problem in problems:
         click.echo(f"skipped {problem}", err=True)
     if not cases:

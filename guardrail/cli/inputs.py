@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +56,9 @@ def check_command(path: str | None, topic: str | None, limit: int, bootstrap_ser
     if (path is None) == (topic is None):
         raise click.UsageError("give a file PATH or --topic, not both")
     settings = settings_from_flags(bootstrap_servers=bootstrap_servers, **flags)
-    records = (_file_records(Path(path), settings) if path is not None
-               else _topic_records(settings, topic or "", limit))
+    decode = _decoding(settings)  # a bad mapping fails here, before anything is read
+    records = (_file_records(Path(path), settings, decode) if path is not None
+               else _topic_records(settings, topic or "", limit, decode))
     failed = 0
     for index, (where, decoded) in enumerate(records):
         if index >= limit:
@@ -66,28 +67,37 @@ def check_command(path: str | None, topic: str | None, limit: int, bootstrap_ser
     sys.exit(1 if failed else 0)
 
 
-def _decode(raw: bytes, source: Source, settings: Settings) -> DecodedRecord | BadInput:
-    return decode_record(raw, max_bytes=settings.worker.max_message_bytes, source=source,
-                         decoder=build_decoder(settings.inputs),
-                         conversation_max_chars=settings.inputs.conversation_max_chars)
+Decode = Callable[[bytes, Source], "DecodedRecord | BadInput"]
 
 
-def _file_records(path: Path, settings: Settings
+def _decoding(settings: Settings) -> Decode:
+    """The worker's decoding of one record under ``settings``."""
+    decoder = build_decoder(settings.inputs)
+
+    def decode(raw: bytes, source: Source) -> DecodedRecord | BadInput:
+        return decode_record(raw, max_bytes=settings.worker.max_message_bytes, source=source,
+                             decoder=decoder,
+                             conversation_max_chars=settings.inputs.conversation_max_chars)
+
+    return decode
+
+
+def _file_records(path: Path, settings: Settings, decode: Decode
                   ) -> Iterator[tuple[str, DecodedRecord | BadInput]]:
     data = path.read_bytes()
     records, problems = parse_records(data)
     if not records and settings.inputs.input_format == "otlp":
         # Not JSON: one protobuf ExportTraceServiceRequest, as the Collector sends it.
-        yield "file", _decode(data, Source(path.name, 0, 0), settings)
+        yield "file", decode(data, Source(path.name, 0, 0))
         return
     for problem in problems:
         yield problem.where, BadInput(problem.reason)
     for number, (where, record) in enumerate(records):
         # Re-encoded and decoded as the worker decodes a Kafka value.
-        yield where, _decode(orjson.dumps(record), Source(path.name, 0, number), settings)
+        yield where, decode(orjson.dumps(record), Source(path.name, 0, number))
 
 
-def _topic_records(settings: Settings, topic: str, limit: int
+def _topic_records(settings: Settings, topic: str, limit: int, decode: Decode
                    ) -> Iterator[tuple[str, DecodedRecord | BadInput]]:
     from ..kafka.io import tail_records
 
@@ -99,7 +109,7 @@ def _topic_records(settings: Settings, topic: str, limit: int
         headers = tuple((name, value) for name, value in (message.headers or ()))
         source = Source(message.topic, message.partition, message.offset,
                         timestamp_ms=message.timestamp, key=message.key, headers=headers)
-        yield source.coordinates, _decode(message.value, source, settings)
+        yield source.coordinates, decode(message.value, source)
 
 
 def _show(where: str, decoded: DecodedRecord | BadInput, as_json: bool) -> int:
