@@ -18,6 +18,7 @@ judge never sees the Kafka password)::
     settings.windows     # WindowSettings: windows, groups, alert rules, webhook
     settings.sampling    # SamplingSettings: sample rate and rules, the judge budget
     settings.inputs      # InputSettings: input_format, input_mapping, otlp_endpoint, ...
+    settings.review      # ReviewSettings: review queue, labels topic, agreement alerts
     settings.escalation  # EscalationSettings (guardrail.cascade): escalate_model, band, ...
 
 Every setting also has one flat name, the name users write: ``judge_model``,
@@ -40,12 +41,13 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 
 from .cascade import EscalationSettings
 from .formats.settings import InputSettings
+from .review.settings import ReviewSettings
 from ._config_file import read_config_file
 from .errors import ConfigError
 from .models import RedteamConfig
 
 __all__ = ["Settings", "JudgeSettings", "EvaluationSettings", "KafkaSettings", "WorkerSettings",
-           "WindowSettings", "AlertRule", "SamplingSettings", "InputSettings", "SampleRule", "EscalationSettings",
+           "WindowSettings", "AlertRule", "SamplingSettings", "InputSettings", "ReviewSettings", "SampleRule", "EscalationSettings",
            "load_settings", "settings_env", "read_config_file", "ENV_PREFIX", "FLAT_NAMES",
            "DEFAULT_CACHE_PATH"]
 
@@ -244,6 +246,7 @@ _GROUPS: dict[str, tuple[type[BaseModel], str]] = {
     "windows": (WindowSettings, ""),
     "sampling": (SamplingSettings, ""),
     "inputs": (InputSettings, ""),
+    "review": (ReviewSettings, ""),
     "escalation": (EscalationSettings, "escalate_"),
 }
 
@@ -288,6 +291,7 @@ class Settings(BaseModel):
     windows: WindowSettings = WindowSettings()
     sampling: SamplingSettings = SamplingSettings()
     inputs: InputSettings = InputSettings()
+    review: ReviewSettings = ReviewSettings()
     escalation: EscalationSettings = EscalationSettings()
 
     @model_validator(mode="before")

@@ -180,7 +180,7 @@ async def test_the_runtime_starts_the_view_and_stops_it_first_on_close():
 
     runtime = WorkerRuntime(
         app=App(), settings=load_settings(environ={}), telemetry=Telemetry(),
-        message_judge=SimpleNamespace(evaluator=Evaluator()),
+        message_judge=SimpleNamespace(evaluator=Evaluator(), exporter=None),
         dispatcher=AlertDispatcher(webhook_url=None, timeout=1, send_to_topic=None),
         rates_view=_View(events))
     await runtime.start()

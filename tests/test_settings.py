@@ -59,6 +59,18 @@ OLD_NAMES = {
     "otlp_labels": ("inputs", "otlp_labels"),
     "conversation_max_chars": ("inputs", "conversation_max_chars"),
     "otlp_endpoint": ("inputs", "otlp_endpoint"),
+    "review_users_file": ("review", "review_users_file"),
+    "review_topic": ("review", "review_topic"),
+    "labels_topic": ("review", "labels_topic"),
+    "review_rate_unsafe": ("review", "review_rate_unsafe"),
+    "review_rate_safe": ("review", "review_rate_safe"),
+    "review_band": ("review", "review_band"),
+    "review_lease_seconds": ("review", "review_lease_seconds"),
+    "review_protect_pages": ("review", "review_protect_pages"),
+    "agreement_min_reviews": ("review", "agreement_min_reviews"),
+    "agreement_precision_floor": ("review", "agreement_precision_floor"),
+    "agreement_recall_floor": ("review", "agreement_recall_floor"),
+    "corrected_min_reviews": ("review", "corrected_min_reviews"),
 }
 
 #: A value for each old name that differs from its default, as an environment string.
@@ -92,6 +104,18 @@ SAMPLE_ENV = {
     "input_format": "mapping", "input_mapping": '{"output": "response.text"}',
     "otlp_labels": '{"team": ["app.team"]}', "conversation_max_chars": "500",
     "otlp_endpoint": "http://127.0.0.1:4318",
+    "review_users_file": "/tmp/users.htpasswd",
+    "review_topic": "rv",
+    "labels_topic": "lb",
+    "review_rate_unsafe": "0.5",
+    "review_rate_safe": "0.2",
+    "review_band": "0.05",
+    "review_lease_seconds": "60",
+    "review_protect_pages": "true",
+    "agreement_min_reviews": "5",
+    "agreement_precision_floor": "0.8",
+    "agreement_recall_floor": "0.6",
+    "corrected_min_reviews": "3",
 }
 
 

@@ -175,8 +175,10 @@ def register(runtime: WorkerRuntime) -> None:
     raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
            "value_serializer": "raw"}
     source = app.topic(s.kafka.input_topic, **raw)
-    topics = {name: app.topic(name, **raw)
-              for name in (s.kafka.results_topic, s.kafka.judgments_topic, s.kafka.dlq_topic)}
+    outputs = [s.kafka.results_topic, s.kafka.judgments_topic, s.kafka.dlq_topic]
+    if runtime.message_judge.review is not None:
+        outputs.append(s.review.review_topic)
+    topics = {name: app.topic(name, **raw) for name in outputs}
 
     async def handle(events: list[Any]) -> list[Outgoing]:
         return await runtime.message_judge.process([_raw(e) for e in events])

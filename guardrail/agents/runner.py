@@ -21,7 +21,7 @@ from mode.utils.futures import maybe_cancel
 from mode.utils.logging import DEFAULT_FORMAT, DefaultFormatter
 
 from .._litellm import price_tokens
-from ..kafka.topics import ensure_topics
+from ..kafka.topics import ensure_topics, review_topics, topic_plan
 from ..settings import JudgeSettings
 from .runtime import WorkerRuntime
 
@@ -118,7 +118,10 @@ def settle_heap(judge: JudgeSettings) -> None:
 def run_worker(runtime: WorkerRuntime, *, loglevel: str = "info") -> None:
     """Create/verify topics, then run the worker in the foreground."""
     settings = runtime.settings
-    asyncio.run(ensure_topics(settings.kafka))
+    review = review_topics(settings.kafka, settings.review)
+    asyncio.run(ensure_topics(settings.kafka, {**topic_plan(settings.kafka), **review},
+                              strict=frozenset(topic_plan(settings.kafka)),
+                              compacted=frozenset({settings.review.labels_topic} & set(review))))
     log.info("guardrail worker: %s -> %s (dlq %s, alerts %s), judge %s",
              settings.kafka.input_topic, settings.kafka.results_topic, settings.kafka.dlq_topic,
              settings.kafka.alerts_topic, settings.judge.model)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -42,7 +42,8 @@ from .clients import client_options, resolve_bootstrap
 from .topics import partition_counts
 from .window_cells import WindowCells, changelog_topic
 
-__all__ = ["RatesView", "ChangelogReader", "read_rates", "RatesUnavailable"]
+__all__ = ["RatesView", "ChangelogReader", "TopicFollower", "RecordSink", "read_rates",
+           "read_topic", "RatesUnavailable"]
 
 log = logging.getLogger("guardrail.rates")
 
@@ -56,9 +57,17 @@ class RatesUnavailable(GuardrailError):
     """The changelog could not be read (missing topic, broker unreachable, too slow)."""
 
 
+class RecordSink(Protocol):
+    """What a reader feeds: each record's key and value (None: a tombstone), in
+    offset order per partition. :class:`WindowCells` is one; the review queue
+    and the agreement figures fold their topics the same way."""
+
+    def apply(self, key: bytes | None, value: bytes | None, *, where: str) -> Any: ...
+
+
 class ChangelogReader:
-    """One group-less consumer over every partition of a changelog topic,
-    feeding its records in order into ``cells``. Reopened after a failure, it
+    """One group-less consumer over every partition of a topic (a changelog,
+    or any topic folded by key), feeding its records in order into ``cells``. Reopened after a failure, it
     goes on from the next unread offset of each partition::
 
         reader = ChangelogReader(kafka, topic, cells, fetch_wait_ms=100)
@@ -68,7 +77,7 @@ class ChangelogReader:
             await reader.close()
     """
 
-    def __init__(self, kafka: KafkaSettings, topic: str, cells: WindowCells, *,
+    def __init__(self, kafka: KafkaSettings, topic: str, cells: RecordSink, *,
                  fetch_wait_ms: int, poll_records: int = POLL_RECORDS) -> None:
         self.kafka, self.topic, self.cells = kafka, topic, cells
         self.fetch_wait_ms, self.poll_records = fetch_wait_ms, poll_records
@@ -157,56 +166,62 @@ async def read_rates(settings: Settings, *, app_id: str | None = None,
     """Read the changelog of ``app_id`` (default: the settings' app id) once, up
     to the end seen at the start; :class:`RatesUnavailable` if that fails."""
     app_id = app_id or settings.kafka.app_id
-    topic = changelog_topic(app_id)
     cells = _cells(settings)
-    reader = ChangelogReader(settings.kafka, topic, cells,
+    missing = f"no worker with app id {app_id!r} has counted there yet (see --app-id)"
+    await read_topic(settings, changelog_topic(app_id), cells, timeout=timeout,
+                     missing=missing)
+    return cells
+
+
+async def read_topic(settings: Settings, topic: str, sink: RecordSink, *,
+                     timeout: float = 60.0, missing: str = "it does not exist") -> int:
+    """Feed every record of ``topic`` to ``sink`` once, up to the end seen at
+    the start; returns how many. :class:`RatesUnavailable` when the topic is
+    missing (``missing`` says why), unreachable or not read within ``timeout``."""
+    reader = ChangelogReader(settings.kafka, topic, sink,
                              fetch_wait_ms=settings.worker.consumer_fetch_wait_ms)
     where = resolve_bootstrap(settings.kafka)
+    records = 0
     try:
         if not await reader.open():
-            raise RatesUnavailable(f"no topic {topic!r} on {where}: no worker with app id "
-                                   f"{app_id!r} has counted there yet (see --app-id)")
+            raise RatesUnavailable(f"no topic {topic!r} on {where}: {missing}")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while not await reader.caught_up():
             if loop.time() > deadline:
                 raise RatesUnavailable(f"could not read {topic!r} to its end within "
-                                       f"{timeout:.0f}s ({cells.records} records read)")
-            await reader.poll(200)
+                                       f"{timeout:.0f}s ({records} records read)")
+            records += await reader.poll(200)
     except KafkaError as exc:
         raise RatesUnavailable(f"cannot read {topic!r} from {where}: {exc}") from None
     finally:
         await reader.close()
-    return cells
+    return records
 
 
-class RatesView:
-    """Follows the window changelog for as long as the worker runs; ``rows()``
-    answers from memory, so ``/rates`` costs no Kafka request. Until the first
-    read reaches the end, ``status()["caught_up"]`` is False and the rows are
-    partial. A missing topic or a failed read is retried with backoff; the
-    view goes on from where it was, and never stops the worker."""
+class TopicFollower:
+    """Follows a topic for as long as the worker runs, from its beginning, feeding
+    every record to ``sink`` (a :class:`RecordSink`), so pages answer from
+    memory at no Kafka request. Until the first read reaches the end,
+    ``caught_up`` is False and the sink is partial. A missing topic or a failed
+    read is retried with backoff; it goes on from where it was, and never stops
+    the worker::
 
-    def __init__(self, settings: Settings, *, app_id: str | None = None) -> None:
-        self.topic = changelog_topic(app_id or settings.kafka.app_id)
-        self.cells = _cells(settings)
-        self.reader = ChangelogReader(settings.kafka, self.topic, self.cells,
+        follower = TopicFollower(settings, "redteam-labels", labels_fold)
+        await follower.start(); ...; await follower.stop()
+    """
+
+    #: How its log lines name it.
+    name = "follower"
+
+    def __init__(self, settings: Settings, topic: str, sink: RecordSink) -> None:
+        self.topic = topic
+        self.sink = sink
+        self.reader = ChangelogReader(settings.kafka, topic, sink,
                                       fetch_wait_ms=settings.worker.consumer_fetch_wait_ms)
         self.caught_up = False
         self.failures = 0
         self._task: asyncio.Task[None] | None = None
-
-    def rows(self, *, metric: str | None = None) -> list[dict[str, Any]]:
-        """The group's unexpired window cells (of ``metric``, if given) as
-        ``/rates`` rows — metric, group, window_start, window_end, total, unsafe,
-        errors, unsafe_rate — newest window first."""
-        return self.cells.rows(metric=metric)
-
-    def status(self) -> dict[str, Any]:
-        """How complete the rows are: caught up with the changelog yet, and how
-        many of its records were not window cells (skipped)."""
-        return {"changelog_topic": self.topic, "caught_up": self.caught_up,
-                "malformed_records": self.cells.malformed}
 
     async def start(self) -> None:
         """Start following in a background task (idempotent)."""
@@ -228,13 +243,13 @@ class RatesView:
                 if await self.reader.open():
                     delay = 1.0
                     await self._follow()
-                log.info("rates view: no topic %r yet; looking again in %.0fs",
+                log.info("%s: no topic %r yet; looking again in %.0fs", self.name,
                          self.topic, delay)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # the view is best effort; the worker goes on
+            except Exception as exc:  # best effort; the worker goes on
                 self.failures += 1
-                log.warning("rates view: reading %r failed (%s); again in %.0fs",
+                log.warning("%s: reading %r failed (%s); again in %.0fs", self.name,
                             self.topic, exc, delay)
             await self.reader.close()
             await asyncio.sleep(delay)
@@ -245,6 +260,33 @@ class RatesView:
             await self.reader.poll(500)
             if not self.caught_up and await self.reader.caught_up():
                 self.caught_up = True
-                log.info("rates view: caught up with %r (%d records, %d cells)",
-                         self.topic, self.cells.records, len(self.cells.cells))
-            self.cells.prune()
+                log.info("%s: caught up with %r", self.name, self.topic)
+            self.after_poll()
+
+    def after_poll(self) -> None:
+        """A hook after every fetch round (the rates view prunes expired cells)."""
+
+
+class RatesView(TopicFollower):
+    """The window changelog followed for ``/rates`` (see :class:`TopicFollower`)."""
+
+    name = "rates view"
+
+    def __init__(self, settings: Settings, *, app_id: str | None = None) -> None:
+        self.cells = _cells(settings)
+        super().__init__(settings, changelog_topic(app_id or settings.kafka.app_id), self.cells)
+
+    def rows(self, *, metric: str | None = None) -> list[dict[str, Any]]:
+        """The group's unexpired window cells (of ``metric``, if given) as
+        ``/rates`` rows — metric, group, window_start, window_end, total, unsafe,
+        errors, unsafe_rate — newest window first."""
+        return self.cells.rows(metric=metric)
+
+    def status(self) -> dict[str, Any]:
+        """How complete the rows are: caught up with the changelog yet, and how
+        many of its records were not window cells (skipped)."""
+        return {"changelog_topic": self.topic, "caught_up": self.caught_up,
+                "malformed_records": self.cells.malformed}
+
+    def after_poll(self) -> None:
+        self.cells.prune()

@@ -38,7 +38,7 @@ from ..stream.envelope import Source
 from ..stream.processing import JudgeTally, MessageJudge, Outgoing, RawMessage
 from ..stream.sampling import Sampler
 from .clients import client_options
-from .topics import ensure_topics
+from .topics import ensure_topics, review_topics
 
 __all__ = ["ReplaySummary", "replay", "output_topics"]
 
@@ -188,7 +188,9 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
     results_topic, dlq_topic = output_topics(settings, results_topic, dlq_topic)
     n = settings.kafka.topic_partitions
     # Not strict: a replay's output need not be co-partitioned with anything.
-    await ensure_topics(settings.kafka, {results_topic: n, dlq_topic: n}, strict=frozenset())
+    await ensure_topics(settings.kafka, {results_topic: n, dlq_topic: n,
+                                         **review_topics(settings.kafka, settings.review)},
+                        strict=frozenset(), compacted=frozenset({settings.review.labels_topic}))
     evaluator = build_evaluator(settings, judge=judge, persistent_cache=True)
     message_judge = MessageJudge.from_settings(
         evaluator, settings, emit_judgments=fire_alerts, results_topic=results_topic,

@@ -13,10 +13,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.protocol.metadata import MetadataRequest
 
 from ..errors import ConfigError
-from ..settings import KafkaSettings
+from ..settings import KafkaSettings, ReviewSettings
 from .clients import check_reachable, client_options
 
-__all__ = ["TopicMismatch", "topic_plan", "ensure_topics", "partition_counts"]
+__all__ = ["TopicMismatch", "topic_plan", "review_topics", "ensure_topics", "partition_counts"]
 
 _TOPIC_ALREADY_EXISTS = 36
 
@@ -40,12 +40,23 @@ async def partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dic
             for t in response.to_object()["topics"]}
 
 
+def review_topics(kafka: KafkaSettings, review: ReviewSettings) -> dict[str, int]:
+    """The review queue's topics when review is on (``review_users_file``), else none.
+    Not co-partitioned with anything: their counts are not checked."""
+    if review.review_users_file is None:
+        return {}
+    n = kafka.topic_partitions
+    return {review.review_topic: n, review.labels_topic: n}
+
+
 async def ensure_topics(kafka: KafkaSettings, plan: dict[str, int] | None = None,
-                        *, strict: frozenset[str] | None = None) -> dict[str, int]:
+                        *, strict: frozenset[str] | None = None,
+                        compacted: frozenset[str] = frozenset()) -> dict[str, int]:
     """Create missing topics; raise :class:`TopicMismatch` where counts disagree,
     :class:`ConfigError` when the brokers cannot be reached (``check_reachable``).
 
-    ``strict`` names the topics whose count must match (default: all in the plan).
+    ``strict`` names the topics whose count must match (default: all in the plan);
+    ``compacted`` ones are created with ``cleanup.policy=compact`` (latest per key).
     """
     plan = plan or topic_plan(kafka)
     strict = frozenset(plan) if strict is None else strict
@@ -54,7 +65,8 @@ async def ensure_topics(kafka: KafkaSettings, plan: dict[str, int] | None = None
     await admin.start()
     try:
         response = await admin.create_topics(
-            [NewTopic(name, num_partitions=n, replication_factor=kafka.topic_replication)
+            [NewTopic(name, num_partitions=n, replication_factor=kafka.topic_replication,
+                      topic_configs={"cleanup.policy": "compact"} if name in compacted else {})
              for name, n in plan.items()])
         for name, code, message in response.topic_errors:
             if code not in (0, _TOPIC_ALREADY_EXISTS):

@@ -39,7 +39,8 @@ from .._tasks import gather_or_cancel
 from ..evaluate import Evaluator
 from ..formats import CaseDecoder, InputDecoder, build_decoder
 from ..models import RedteamMetrics
-from ..settings import KafkaSettings, Settings, WindowSettings, WorkerSettings
+from ..review.selection import review_item
+from ..settings import KafkaSettings, ReviewSettings, Settings, WindowSettings, WorkerSettings
 from .budget import BudgetGovernor
 from .envelope import (DEFAULT_CONVERSATION_CHARS, BadInput, DecodedRecord, Headers,
                        InputMessage, Source, decode_record, dlq_record, group_labels,
@@ -129,8 +130,12 @@ class MessageJudge:
                  sampler: Sampler | None = None, budget: BudgetGovernor | None = None,
                  decoder: InputDecoder | None = None,
                  conversation_max_chars: int = DEFAULT_CONVERSATION_CHARS,
-                 exporter: ResultExporter | None = None) -> None:
+                 exporter: ResultExporter | None = None,
+                 review: ReviewSettings | None = None) -> None:
         self.evaluator = evaluator
+        #: The review queue's settings when it is on: chosen results also go
+        #: to ``review.review_topic`` (guardrail.review.selection).
+        self.review = review
         #: The input format (``case`` when None) and its conversation budget.
         self.decoder = decoder or CaseDecoder()
         self.conversation_max_chars = conversation_max_chars
@@ -160,6 +165,8 @@ class MessageJudge:
         """Take the groups it needs (worker, kafka, windows, inputs) from ``settings``."""
         options.setdefault("decoder", build_decoder(settings.inputs))
         options.setdefault("conversation_max_chars", settings.inputs.conversation_max_chars)
+        if settings.review.review_users_file is not None:
+            options.setdefault("review", settings.review)
         return cls(evaluator, worker=settings.worker, kafka=settings.kafka,
                    windows=settings.windows, **options)
 
@@ -307,12 +314,29 @@ class MessageJudge:
         if self.exporter is not None:
             self.exporter.export(metrics, message.trace, case_id=message.case.case_id or "",
                                  event_time_ms=event_ms)
+        if self.review is not None:
+            records.extend(self._review(message, metrics, event_ms))
         if self.emit_judgments:
             records.extend(self._events(message, source, [
                 (m.name, "error" if m.error else ("unsafe" if m.unsafe else "safe"),
                  tuple(m.result[0].evidence_spans[:3]) if m.unsafe else ())
                 for m in metrics.metrics]))
         return records
+
+    def _review(self, message: InputMessage, metrics: RedteamMetrics,
+                event_ms: int) -> list[Outgoing]:
+        """The review item of a result, when some metric of it is chosen (the
+        same choice on every redelivery and replay: readers fold by key)."""
+        assert self.review is not None
+        item = review_item(
+            message.case, metrics, self.evaluator.effective_config(message.case).metrics,
+            review=self.review, thresholds=self.evaluator.evaluation.verdict_thresholds,
+            judge_model=self.evaluator.judge.model, event_time_ms=event_ms,
+            labels=message.metadata, trace=message.trace)
+        if item is None:
+            return []
+        self.telemetry.review_items.inc()
+        return [Outgoing(self.review.review_topic, item.key(), item.encode())]
 
     def _count(self, metrics: RedteamMetrics) -> None:
         self.tally.add(metrics)

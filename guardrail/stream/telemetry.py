@@ -52,6 +52,8 @@ class Telemetry:
             "guardrail_duplicate_judgments", "Redelivered judgment events not counted again",
             registry=r)
         self.alerts = Counter("guardrail_alerts", "Alerts fired", ["metric"], registry=r)
+        self.review_items = Counter("guardrail_review_items", "Judged results sent to the "
+                                    "human review queue", registry=r)
         self.in_flight = Gauge("guardrail_in_flight_messages", "Messages being judged",
                                registry=r)
         # Sampling and the judge budget (per worker: see guardrail.stream.budget).
