@@ -3,8 +3,7 @@
 - :mod:`.settings` — the ``review`` settings group.
 - :mod:`.records` — review items and labels as they travel on Kafka.
 - :mod:`.selection` — which judged results go to review (deterministic per case);
-  imported as ``guardrail.review.selection`` (it needs the stream's sampling,
-  which needs the settings this package's settings are part of).
+  imported as ``guardrail.review.selection``.
 """
 
 from .records import (CHOICES, SCHEMA_VERSION, LabelRecord, ReviewItem, ReviewMetric,

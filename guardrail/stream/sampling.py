@@ -48,7 +48,6 @@ starts a new one.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -57,26 +56,11 @@ import orjson
 
 from ..settings import SampleRule, SamplingSettings
 from .envelope import InputMessage, Source, group_labels
+from ..draws import is_sampled, sample_point
 from .events import mark_position, mark_value
 
 __all__ = ["sample_point", "is_sampled", "sample_id", "Sampler", "VersionQuota", "QuotaStore",
            "DictStore"]
-
-# Keyed, so the sample is independent of any other hash of the same ids.
-_PERSON = b"grsample"
-
-
-def sample_point(sample_id: str) -> float:
-    """Where an id falls in [0, 1): the same in every process and release."""
-    digest = hashlib.blake2b(sample_id.encode("utf-8", "surrogatepass"), digest_size=8,
-                             person=_PERSON).digest()
-    return int.from_bytes(digest, "big") / 2 ** 64
-
-
-def is_sampled(sample_id: str, rate: float) -> bool:
-    """Judge the message named ``sample_id`` at ``rate``? Rate 1 always, 0 never."""
-    return rate >= 1.0 or sample_point(sample_id) < rate
-
 
 def sample_id(message: InputMessage, source: Source) -> str:
     """The id a message is sampled by (its case_id; decoding already applied
