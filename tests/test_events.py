@@ -9,7 +9,8 @@ import orjson
 import pytest
 
 from guardrail.stream.envelope import Source
-from guardrail.stream.events import (JudgmentEvent, mark_position, mark_value, MalformedEvent, parse_window_key,
+from guardrail.stream.events import (JudgmentEvent, MalformedEvent, UnknownEvent, mark_position,
+                                     mark_value, parse_window_key,
                                      partition_key, window_key)
 
 V1 = {"model": "m", "model_version": "v1", "prompt_version": "p1"}
@@ -35,9 +36,25 @@ def _event(**changes):
     return JudgmentEvent(**{**fields, **changes})
 
 
-def test_todays_wire_format_decodes_to_the_same_event_and_encodes_back_byte_for_byte():
+def test_the_wire_format_before_schema_versions_still_decodes_and_today_adds_them_only():
     assert JudgmentEvent.decode(TODAYS_WIRE) == TODAYS_EVENT
-    assert TODAYS_EVENT.encode() == TODAYS_WIRE
+    assert TODAYS_EVENT.encode() == b'{"kind":"judgment","schema_version":1,' + TODAYS_WIRE[1:]
+
+
+@pytest.mark.parametrize("changes, kind, version", [
+    ({"kind": "probe"}, "probe", "1"),
+    ({"schema_version": 2}, "judgment", "2"),
+    ({"kind": "probe", "schema_version": 7, "status": "maybe"}, "probe", "7"),
+])
+def test_kinds_and_versions_of_a_newer_release_are_unknown_not_malformed(changes, kind,
+                                                                         version):
+    data = {**orjson.loads(TODAYS_EVENT.encode()), **changes}
+    with pytest.raises(UnknownEvent) as caught:
+        JudgmentEvent.decode(orjson.dumps(data))
+    assert (caught.value.kind, caught.value.version) == (kind, version)
+    with pytest.raises(MalformedEvent):  # a version 1 status it does not know is malformed
+        JudgmentEvent.decode(orjson.dumps({**orjson.loads(TODAYS_EVENT.encode()),
+                                           "status": "maybe"}))
 
 
 @pytest.mark.parametrize("event", [

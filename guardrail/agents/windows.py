@@ -22,8 +22,8 @@ import faust
 from ..settings import AlertRule, WindowSettings
 from ..stream.alerts import AlertDispatcher, Cooldown, WindowCounts, check_rule, rule_for
 from ..stream.envelope import utc_iso
-from ..stream.events import (JudgmentEvent, MalformedEvent, mark_position, mark_value,
-                             window_key)
+from ..stream.events import (JudgmentEvent, MalformedEvent, UnknownEvent, mark_position,
+                             mark_value, window_key)
 from ..stream.telemetry import Telemetry
 
 if TYPE_CHECKING:
@@ -153,6 +153,7 @@ def register(runtime: GuardrailApp) -> None:
     counter = WindowCounter(s.windows, windowed, telemetry=runtime.telemetry,
                             dispatcher=runtime.dispatcher)
     runtime.state["table"] = table
+    unknown = UnknownRecords(runtime.telemetry, "judgments")
 
     # Writes tables, so concurrency stays 1 (faust-streaming caveat).
     @app.agent(topic, name="guardrail.windows", concurrency=1)
@@ -167,6 +168,8 @@ def register(runtime: GuardrailApp) -> None:
                 try:
                     counter.apply(JudgmentEvent.decode(event.message.value),
                                   event.message.timestamp)
+                except UnknownEvent as exc:  # a newer worker's: skipped, counted, said once
+                    unknown.skip(exc)
                 except MalformedEvent as exc:  # skipped: one bad event must not stop counting
                     log.error("could not count judgment event at offset %s: %s",
                               event.message.offset, exc)
@@ -180,6 +183,24 @@ def register(runtime: GuardrailApp) -> None:
             await table.confirm_changelog()
             for event in events:
                 await stream.ack(event)
+
+
+class UnknownRecords:
+    """Records of a kind or version this release does not know: counted on
+    ``/metrics`` (``guardrail_unknown_records``) and logged once per kind and
+    version, so a rolling upgrade neither stops a worker nor floods its log."""
+
+    def __init__(self, telemetry: Telemetry, topic: str) -> None:
+        self.telemetry, self.topic = telemetry, topic
+        self._said: set[tuple[str, str]] = set()
+
+    def skip(self, exc: UnknownEvent) -> None:
+        self.telemetry.unknown_records.labels(topic=self.topic, kind=exc.kind,
+                                              schema_version=exc.version).inc()
+        if (exc.kind, exc.version) not in self._said:
+            self._said.add((exc.kind, exc.version))
+            log.warning("skipping %s records this release does not know (counted in "
+                        "guardrail_unknown_records): %s", self.topic, exc)
 
 
 def _stale(app: Any, event: Any) -> bool:

@@ -31,6 +31,10 @@ __all__ = ["WindowCounts", "two_proportion_p_value", "check_rule", "Cooldown", "
 log = logging.getLogger("guardrail.alerts")
 
 
+#: The window cell's schema (additive changes only; see WindowCounts.as_dict).
+CELL_SCHEMA_VERSION = 1
+
+
 @dataclass
 class WindowCounts:
     """Judgments of one metric for one group in one window.
@@ -59,8 +63,11 @@ class WindowCounts:
         return self.unsafe / self.judged if self.judged else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"total": self.total, "unsafe": self.unsafe, "errors": self.errors,
-                "seen": self.seen, "examples": self.examples, "marks": self.marks}
+        # Cells change only by adding fields: a reader of any version reads
+        # the ones it knows, so cells of two releases can share a changelog.
+        return {"schema_version": CELL_SCHEMA_VERSION, "total": self.total,
+                "unsafe": self.unsafe, "errors": self.errors, "seen": self.seen,
+                "examples": self.examples, "marks": self.marks}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> WindowCounts:

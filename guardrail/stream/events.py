@@ -31,18 +31,47 @@ import orjson
 
 from .envelope import Source
 
-__all__ = ["JudgmentEvent", "MalformedEvent", "Status", "window_key", "partition_key",
-           "parse_window_key", "mark_value", "mark_position"]
+__all__ = ["JudgmentEvent", "MalformedEvent", "UnknownEvent", "Status", "window_key",
+           "partition_key", "parse_window_key", "mark_value", "mark_position", "KIND",
+           "SCHEMA_VERSION"]
 
 #: ``not_sampled``: the message was seen but not judged (added with sampling;
-#: older events never carry it, and a counter from before sampling skips it as
-#: malformed, so upgrade the counting side with or before the judging side).
+#: a counter from before sampling skipped it as malformed). The statuses of
+#: schema version 1 are fixed: a release that adds one writes a new version,
+#: which older counters skip and count instead of misreading.
 Status = Literal["safe", "unsafe", "error", "not_sampled"]
 _STATUSES: tuple[str, ...] = get_args(Status)
 
 
 class MalformedEvent(ValueError):
     """A judgments-topic value that is not a judgment event; the message says why."""
+
+
+class UnknownEvent(ValueError):
+    """A well-formed event of a kind, schema version or status this release does
+    not know (written by a newer worker during a rolling upgrade): skipped and
+    counted, not an error. ``kind`` and ``version`` name it for the count."""
+
+    def __init__(self, kind: str, version: str, detail: str) -> None:
+        super().__init__(f"unknown {kind} event (schema version {version}): {detail}")
+        self.kind, self.version = kind, version
+
+
+#: What this release writes and reads on the judgments topic. Events without
+#: ``kind`` / ``schema_version`` (written before they existed) are version 1
+#: judgments. A change a reader of this version could misread (a new status, a
+#: field with a new meaning) gets a new version; new optional fields do not.
+KIND, SCHEMA_VERSION = "judgment", 1
+
+
+def _known(data: dict[str, Any]) -> None:
+    """Raise :class:`UnknownEvent` for kinds, versions and statuses of a newer release."""
+    kind, version = data.get("kind", KIND), data.get("schema_version", SCHEMA_VERSION)
+    if not isinstance(kind, str) or not _is_int(version):
+        raise MalformedEvent(f"kind must be a string and schema_version an integer, "
+                             f"got {kind!r:.40} and {version!r:.40}")
+    if kind != KIND or version > SCHEMA_VERSION:
+        raise UnknownEvent(kind[:40], str(version), "written by a newer release?")
 
 
 def _labels_text(labels: dict[str, str]) -> str:
@@ -129,7 +158,7 @@ class JudgmentEvent:
 
     def encode(self) -> bytes:
         return orjson.dumps({
-            "metric": self.metric, "group": self.group, "table_key": self.window_key,
+            "kind": KIND, "schema_version": SCHEMA_VERSION, "metric": self.metric, "group": self.group, "table_key": self.window_key,
             "status": self.status, "case_id": self.case_id,
             "event_time_ms": self.event_time_ms, "evidence_spans": list(self.evidence_spans),
             "source": None if self.source is None else self.source.as_dict(),
@@ -147,6 +176,7 @@ class JudgmentEvent:
         if not isinstance(data, dict):
             raise MalformedEvent(f"judgment event must be a JSON object, "
                                  f"got {type(data).__name__}")
+        _known(data)
         event = cls(metric=_metric(data.get("metric")), group=_group(data.get("group")),
                     status=_status(data.get("status")), case_id=_case_id(data.get("case_id")),
                     event_time_ms=_event_time(data.get("event_time_ms")),

@@ -106,7 +106,8 @@ class VersionQuota:
         count = state["count"] + 1
         full = count <= quota
         here = mark_value(source.position)
-        self.store.put(key, {"count": count, "last": here,
+        # schema_version: the record other workers read back; changes are additive.
+        self.store.put(key, {"schema_version": 1, "count": count, "last": here,
                              "full_until": here if full else state["full_until"]},
                        source.partition)
         return full

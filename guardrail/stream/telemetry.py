@@ -51,6 +51,10 @@ class Telemetry:
         self.duplicate_judgments = Counter(
             "guardrail_duplicate_judgments", "Redelivered judgment events not counted again",
             registry=r)
+        self.unknown_records = Counter(
+            "guardrail_unknown_records", "Records of a kind or schema version this release "
+            "does not know (a newer worker's, during a rolling upgrade): skipped",
+            ["topic", "kind", "schema_version"], registry=r)
         self.alerts = Counter("guardrail_alerts", "Alerts fired", ["metric"], registry=r)
         self.review_items = Counter("guardrail_review_items", "Judged results sent to the "
                                     "human review queue", registry=r)

@@ -54,11 +54,12 @@ class StreamEnv:
     def topic(self, name: str) -> str:
         return self.topics[f"{name}_topic"]
 
-    def start_worker(self, web_port: int | None = None,
-                     extra_args: list[str] | None = None) -> subprocess.Popen[bytes]:
+    def start_worker(self, web_port: int | None = None, extra_args: list[str] | None = None,
+                     command: list[str] | None = None) -> subprocess.Popen[bytes]:
+        """A worker process; ``command`` replaces ``guardrail`` (a test double)."""
         port = web_port or free_port()
         log = open(self.tmp / f"worker-{len(self.workers)}.log", "wb")
-        proc = subprocess.Popen(["guardrail", "worker", "--web-port", str(port),
+        proc = subprocess.Popen([*(command or ["guardrail"]), "worker", "--web-port", str(port),
                                  *(extra_args or [])],
                                 env=self.env, stdout=log, stderr=subprocess.STDOUT)
         proc.web_port = port  # type: ignore[attr-defined]

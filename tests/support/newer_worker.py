@@ -1,0 +1,35 @@
+"""A test double of a newer release's worker: today's code, except that beside
+every judgment event it also writes an event of a kind today's release does
+not know (``probe``, schema version 2) to the judgments topic, as a newer
+release might during a rolling upgrade::
+
+    python tests/support/newer_worker.py worker --web-port 6067
+"""
+
+from __future__ import annotations
+
+import sys
+
+import orjson
+
+from guardrail.stream.processing import MessageJudge, Outgoing
+
+
+def _with_probes(original):  # type: ignore[no-untyped-def]
+    def events(self, message, source, verdicts):  # type: ignore[no-untyped-def]
+        outgoing = original(self, message, source, verdicts)
+        probes = [Outgoing(o.topic, o.key, orjson.dumps({
+            "kind": "probe", "schema_version": 2, "case_id": message.case.case_id,
+            "note": "an event kind of a newer release"}), timestamp_ms=o.timestamp_ms)
+            for o in outgoing]
+        return outgoing + probes
+
+    return events
+
+
+if __name__ == "__main__":
+    MessageJudge._events = _with_probes(MessageJudge._events)  # type: ignore[method-assign]
+    from guardrail.cli import main
+
+    sys.argv[0] = "guardrail"
+    main(sys.argv[1:])
