@@ -57,3 +57,37 @@ async def test_reported_once_whoever_sees_it_first():
     for _ in range(5):
         await asyncio.sleep(0)
     assert reported == [ERROR] and stream.acked == []
+
+
+async def test_a_stop_waits_briefly_for_work_but_not_during_an_outage():
+    acker, stream, published, reported = _acker()
+    held = asyncio.ensure_future(asyncio.Event().wait())  # a batch paused on an outage
+    await acker.submit(["e1", "e2"], held)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await acker.drain(timeout=30, hopeless=lambda: True)
+    assert loop.time() - started < 0.5  # the judge is down: no wait at all
+    await acker.drain(timeout=0.2)
+    assert acker.pending == 1
+    assert acker.cancel() == ["e1", "e2"] and acker.pending == 0  # left unacked
+    await asyncio.sleep(0)
+    assert held.cancelled() and stream.acked == [] and published == []
+
+
+async def test_a_batch_being_published_finishes_publishing_and_acking_on_a_stop():
+    stream, published = _Stream(), []
+    release = asyncio.Event()
+
+    async def slow_publish(records):
+        await release.wait()
+        published.append(records)
+
+    acker = OrderedAcker(stream, 4, slow_publish)
+    await acker.submit(["e1"], asyncio.ensure_future(asyncio.sleep(0, result=["r1"])))
+    for _ in range(5):
+        await asyncio.sleep(0)  # the batch is judged and its publish has started
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.1, release.set)
+    await acker.settle(timeout=2)
+    assert published == [["r1"]] and stream.acked == ["e1"]
+    assert acker.cancel() == []  # nothing left to redeliver: no result published twice

@@ -40,7 +40,10 @@ __all__ = ["register", "OrderedAcker", "MAX_INFLIGHT_BATCHES"]
 log = logging.getLogger("guardrail.worker")
 
 MAX_INFLIGHT_BATCHES = 4
-SHUTDOWN_GRACE_SECONDS = 10.0
+#: How long a stop lets in-flight batches finish (the whole stop must fit in 5 s).
+SHUTDOWN_GRACE_SECONDS = 2.0
+#: How long a stop lets a batch being published finish publishing and acking.
+PUBLISH_GRACE_SECONDS = 1.0
 
 
 def _raw(event: Any) -> RawMessage:
@@ -77,7 +80,9 @@ class OrderedAcker:
             asyncio.Queue(limit))
         self._runner: asyncio.Task[None] | None = None
         self._work: set[asyncio.Task[list[Outgoing]]] = set()
-        self._pending = 0  # batches submitted and not yet acked
+        #: Events of the batches submitted and not yet acked, oldest first.
+        self._unacked: list[list[Any]] = []
+        self._publishing: asyncio.Future[None] | None = None
 
     async def submit(self, events: list[Any], work: asyncio.Task[list[Outgoing]]) -> None:
         if self.failed is not None:  # stopping: judge nothing more, ack nothing
@@ -90,7 +95,7 @@ class OrderedAcker:
         # Watched as it finishes, not in ack order: a config error in a later
         # batch stops the worker without waiting for earlier (paused) ones.
         work.add_done_callback(self._check_config)
-        self._pending += 1
+        self._unacked.append(events)
         await self._queue.put((events, work))  # blocks while `limit` batches are in flight
 
     def _check_config(self, work: asyncio.Task[list[Outgoing]]) -> None:
@@ -124,28 +129,56 @@ class OrderedAcker:
                 log.critical("batch failed unexpectedly; exiting so it is redelivered",
                              exc_info=True)
                 os._exit(70)
-            await self._publish(records)
-            for event in events:
-                await self._stream.ack(event)
-            self._pending -= 1
+            # Shielded: a stop must not cut a batch between its publish and its
+            # acks (its results would be published twice); see settle().
+            self._publishing = asyncio.ensure_future(self._publish_batch(events, records))
+            await asyncio.shield(self._publishing)
 
-    async def drain(self, timeout: float) -> None:
-        """Let in-flight batches finish, publish and ack (graceful stop)."""
+    async def _publish_batch(self, events: list[Any], records: list[Outgoing]) -> None:
+        await self._publish(records)
+        for event in events:
+            await self._stream.ack(event)
+        self._unacked.remove(events)
+
+    async def settle(self, timeout: float) -> None:
+        """Let a batch that is being published finish publishing and acking
+        (bounded): on a stop, cancelling it halfway would publish its results
+        again after the restart."""
+        publishing = self._publishing
+        if publishing is not None and not publishing.done():
+            await asyncio.wait([publishing], timeout=timeout)
+
+    @property
+    def pending(self) -> int:
+        """Batches submitted and not yet acked."""
+        return len(self._unacked)
+
+    async def drain(self, timeout: float, *, hopeless: Callable[[], bool] = lambda: False,
+                    ) -> None:
+        """Let in-flight batches finish, publish and ack (graceful stop), for at
+        most ``timeout`` seconds, and not at all while ``hopeless()`` (the judge
+        is down: waiting would only hold the stop)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while self._pending and self.failed is None and loop.time() < deadline:
+        while self.pending and self.failed is None and loop.time() < deadline \
+                and not hopeless():
             await asyncio.sleep(0.05)
-        if self._pending and self.failed is None:
-            log.warning("stopping with %d batches unfinished; they will be redelivered",
-                        self._pending)
 
-    def cancel(self) -> None:
+    def cancel(self) -> list[Any]:
         """On shutdown: stop unfinished work without acking it; those messages are
-        redelivered (a judge outage must not hold a shutdown hostage)."""
+        redelivered (a judge outage must not hold a shutdown hostage). Returns
+        the events left unacked."""
         if self._runner is not None:
             self._runner.cancel()
+        if self._publishing is not None:
+            self._publishing.cancel()
         for work in list(self._work):
             work.cancel()
+        left, self._unacked = [e for events in self._unacked for e in events], []
+        if left:
+            log.info("stopping with %d messages unfinished; they are not acked and will be "
+                     "redelivered (and judged from the cache)", len(left))
+        return left
 
 
 async def _publish(topics: dict[str, Any], records: list[Outgoing]) -> None:
@@ -201,12 +234,15 @@ def register(runtime: WorkerRuntime) -> None:
                                                   within=s.worker.batch_within):
                 await acker.submit(list(events), asyncio.ensure_future(handle(list(events))))
         finally:
-            # Graceful stop: finish what is in flight (bounded), so a rolling
-            # restart does not redeliver it; then drop the rest unacked.
+            # Graceful stop: finish what is in flight (briefly, and not during
+            # a judge outage), so a rolling restart does not redeliver it; then
+            # drop the rest unacked, and tell the consumer not to wait for it
+            # (Faust's stop would wait for every unacked message until killed).
             # The evaluator stays open: the runtime closes it after every agent
             # stopped (WorkerRuntime.close).
-            await acker.drain(SHUTDOWN_GRACE_SECONDS)
-            acker.cancel()
+            await acker.drain(SHUTDOWN_GRACE_SECONDS, hopeless=runtime.judge_paused)
+            await acker.settle(PUBLISH_GRACE_SECONDS)
+            app.consumer.forget(event.message for event in acker.cancel())
             log.info("judging agent stopped")
 
     runtime.state["judge_agent"] = judge

@@ -67,10 +67,12 @@ class GuardrailWorker(Worker):
 
     def _on_sigterm(self) -> None:
         self._arm_stop_deadline()
+        self.app.stop_waiting_for_streams()
         super()._on_sigterm()
 
     def _on_sigint(self) -> None:
         self._arm_stop_deadline()
+        self.app.stop_waiting_for_streams()
         super()._on_sigint()
 
     def stop_soon(self, exit_code: int = 1) -> None:
@@ -79,6 +81,7 @@ class GuardrailWorker(Worker):
         if self._signal_stop_time:  # already stopping
             return
         self._arm_stop_deadline(exit_code)
+        self.app.stop_waiting_for_streams()
         self._signal_stop_time = self.loop.time()
         self._signal_stop_future = asyncio.ensure_future(self._stop_from_inside())
 

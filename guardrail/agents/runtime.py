@@ -40,6 +40,10 @@ ALERT_DRAIN_SECONDS = 10.0
 EXIT_CONFIG_ERROR = 78
 
 
+#: How long a stop waits for the OTLP exporter to send what it holds.
+EXPORT_FLUSH_SECONDS = 1.0
+
+
 @dataclass(eq=False)
 class WorkerRuntime:
     """The Faust app plus the objects its agents share, started and stopped as one.
@@ -92,6 +96,10 @@ class WorkerRuntime:
     state: dict[str, object] = field(default_factory=dict)
     #: The whole group's window counts (``/rates``); None: only the local table.
     rates_view: RatesView | None = None
+    #: More background services (async ``start()`` / ``stop()``), started after
+    #: the rates view and stopped right after it, in reverse: the review
+    #: page's topic followers (:mod:`.review`).
+    services: list[Any] = field(default_factory=list)
     #: Starts the worker's stop from inside (set by ``run_worker``).
     request_stop: Callable[[], None] | None = None
     #: Why the worker stops on its own (None: it runs until a signal).
@@ -114,15 +122,22 @@ class WorkerRuntime:
         if self.request_stop is not None:
             self.request_stop()
 
+    def judge_paused(self) -> bool:
+        """True while the judging side waits out a judge outage (``/health`` 503)."""
+        return bool(self.telemetry.paused._value.get() == 1)
+
     @property
     def alert_drain_seconds(self) -> float:
         """How long :meth:`close` waits for alert deliveries in flight."""
         return min(ALERT_DRAIN_SECONDS, self.settings.worker.stop_deadline_seconds / 4)
 
     async def start(self) -> None:
-        """Start the rates view (Faust runs this as a task once the worker is up)."""
+        """Start the rates view and the services (Faust runs this as a task once
+        the worker is up)."""
         if self.rates_view is not None:
             await self.rates_view.start()
+        for service in self.services:
+            await service.start()
 
     async def close(self) -> None:
         """Deliver or report the alerts in flight, close the evaluator, flush the
@@ -137,11 +152,15 @@ class WorkerRuntime:
                  self.dispatcher.in_flight, self.alert_drain_seconds)
         if self.rates_view is not None:
             await self._step("stopping the rates view", self.rates_view.stop)
+        for service in reversed(self.services):
+            await self._step(f"stopping {type(service).__name__}", service.stop)
         await self._step("delivering alerts", self._drain_alerts)
         await self._step("closing the evaluator", self.message_judge.evaluator.aclose)
         exporter = self.message_judge.exporter
         if exporter is not None:  # what it still holds is sent, within a bound
-            await self._step("flushing the OTLP evaluation exporter", exporter.aclose)
+            # Briefly: a stop must fit in a few seconds even with the endpoint down.
+            await self._step("flushing the OTLP evaluation exporter",
+                             lambda: exporter.aclose(timeout_s=EXPORT_FLUSH_SECONDS))
         await self._step("flushing the producer", self.app.flush_producer)
         log.info("runtime closed")
 

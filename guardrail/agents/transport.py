@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -236,6 +237,13 @@ class _Consumer(faust_aiokafka.Consumer):
         self._rewound.pop(partition, None)
         await super().seek(partition, offset)
 
+    def forget(self, messages: Iterable[Any]) -> None:
+        """Stop tracking messages an agent abandoned unacked on its way out, so
+        the stop does not wait for them (Faust's ``wait_empty`` would, until
+        killed). Their offsets are not committed: they are redelivered."""
+        for message in messages:
+            self._unacked_messages.discard(message)
+
     def ack(self, message: Any) -> bool:
         if message.generation_id != self.app.consumer_generation_id:
             # Stale (see module doc): never part of this generation's commits.
@@ -298,6 +306,15 @@ class GuardrailFaustApp(faust.App):
         services.insert(at, _BeforeProducerStops(self._stop_hooks, loop=self.loop,
                                                  beacon=self.beacon))
         return services
+
+    def stop_waiting_for_streams(self) -> None:
+        """Stop without Faust's wait for every unacked message (``stream_wait_empty``):
+        a batch held on a judge outage would hold the stop until killed. The
+        judging agent instead finishes what it can within its own short grace
+        and leaves the rest unacked, to be redelivered (``agents/judging.py``)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Faust warns on any late reconfiguration
+            self.conf.stream_wait_empty = False
 
     async def flush_producer(self) -> None:
         """Wait until the producer's buffered messages are sent (no-op without one)."""

@@ -26,7 +26,7 @@ from guardrail.settings import Settings
 from .harness import StreamEnv, TopicWatcher, consume, produce
 
 __all__ = ["crash_scenario", "outage_scenario", "rebalance_scenario", "secrets_scenario",
-           "sample_cases", "delivery_figures"]
+           "stop_scenario", "sample_cases", "delivery_figures"]
 
 
 def sample_cases(n: int, *, prefix: str = "case", toxic_every: int = 10,
@@ -278,3 +278,90 @@ def secrets_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *,
             "config_error_exit": config_exit,
             "leaks": sum(leaks.values()), "leaks_by_place": leaks,
             "bytes_checked": sum(len(t) for t in outputs.values())}
+
+
+def _health(port: int) -> int:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+def _metric_value(port: int, name: str) -> float | None:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def _until(predicate: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def stop_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *, state: str,
+                  cases: int = 300, timeout: float = 180) -> dict[str, Any]:
+    """SIGTERM a worker in ``state`` (``outage``: paused on a judge outage;
+    ``mid_batch``: judge calls in flight; ``budget``: the judge budget has
+    lowered the sample rate; ``rebalance``: a second worker is joining), time
+    the stop, then restart and check every input is judged once and the
+    windows are exact."""
+    settings: dict[str, Any] = {}
+    if state == "budget":
+        settings = {"budget_tokens_per_hour": 2000, "budget_step_seconds": 1,
+                    "budget_min_sample_rate": 0.05}
+    env, produced = _setup(bootstrap, judge, workdir, cases, **settings)
+    judge.latency = 0.5 if state == "mid_batch" else 0.02
+    with TopicWatcher(bootstrap, env.topic("results")) as results:
+        if state == "outage":
+            judge.set_outage(True, 503)
+        worker = env.start_worker()
+        port = worker.web_port  # type: ignore[attr-defined]
+        reached = {
+            "outage": lambda: _health(port) == 503,
+            "mid_batch": lambda: len(results.snapshot()) >= 16,
+            "budget": lambda: (_metric_value(port, "guardrail_effective_sample_rate") or 1) < 1,
+            "rebalance": lambda: len(results.snapshot()) >= 16,
+        }[state]
+        in_state = _until(reached, 90)
+        if state == "rebalance":
+            env.start_worker()
+            time.sleep(1.0)  # the join is under way
+        started = time.monotonic()
+        worker.send_signal(signal.SIGTERM)
+        try:
+            code: int | None = worker.wait(30)
+        except subprocess.TimeoutExpired:
+            code = None
+        stop_seconds = round(time.monotonic() - started, 2)
+        judge.set_outage(False)
+        judge.latency = 0.02
+        restarted = env.start_worker()
+        expected = set(produced) if state != "budget" else set()
+        finished = results.wait_for(_done(expected), timeout=timeout)
+        time.sleep(3)  # duplicates would land by now
+        records = results.snapshot()
+    windows = _window_figures(env, restarted.web_port, 2 * cases)  # type: ignore[attr-defined]
+    stopped_log = (workdir / "worker-0.log").read_text(errors="replace")
+    env.stop_workers()
+    return {"scenario": f"SIGTERM, {state}", "in_state": in_state, "exit_code": code,
+            "stop_seconds": stop_seconds, "tracebacks": stopped_log.count("Traceback")
+            + stopped_log.count("Agent tracebacks"), "finished": finished,
+            **delivery_figures(produced, records), **windows, "logs": env.logs()}
