@@ -196,6 +196,8 @@ class WindowSettings(BaseModel):
     alert_webhook_url: str | None = None
     alert_webhook_timeout: float = Field(default=5.0, gt=0)
     alert_examples: int = Field(default=3, ge=0, le=20)
+    #: Label groups with their own /metrics series (later ones: "other").
+    metrics_max_groups: int = Field(default=50, ge=0)
 
 
 class SampleRule(BaseModel):

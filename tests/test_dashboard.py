@@ -275,8 +275,9 @@ def test_spend_and_verdicts_come_from_the_workers_telemetry():
     telemetry.tokens.labels(direction="input").inc(1200)
     telemetry.tokens.labels(direction="output").inc(80)
     telemetry.unpriced.inc(3)
-    telemetry.judgments.labels(metric="toxicity", verdict="error").inc(2)
-    telemetry.judgments.labels(metric="bias", verdict="error").inc(1)
+    group = telemetry.groups.group_of({"model": "bot", "model_version": "v1"})
+    for metric in ("toxicity", "toxicity", "bias"):
+        telemetry.groups.count(metric, "error", group)
     telemetry.messages.labels(outcome="dlq").inc(4)
     telemetry.paused.set(1)
     telemetry.effective_sample_rate.set(0.25)

@@ -89,8 +89,10 @@ def test_every_rule_says_how_bad_and_what_happened():
     covered = " ".join(e for _, e in rule_expressions())
     for metric in ("guardrail_alerts_total", "guardrail_judge_paused",
                    "guardrail_consumer_lag", 'outcome="dlq"', 'verdict="error"',
-                   'verdict="unsafe"'):
+                   'verdict="unsafe"', "on (metric, model) group_left"):
         assert metric in covered, metric
+    # The worker leaves Faust's internal topics out of the lag: no filter needed.
+    assert "changelog" not in covered
 
 
 def test_grafana_panels_use_the_provisioned_datasource_and_fit_the_grid():
@@ -114,8 +116,12 @@ def test_grafana_panels_use_the_provisioned_datasource_and_fit_the_grid():
             assert target["datasource"]["uid"] == source["uid"]
             assert 'instance=~"$instance"' in target["expr"], panel["title"]
     titles = {p["title"] for p in panels}
-    assert {"Unsafe share by metric", "Judge latency", "Consumer lag",
-            "Spend per hour"} <= titles
+    assert {"Unsafe share by metric", "Unsafe share by version", "Judge latency",
+            "Consumer lag", "Spend per hour"} <= titles
+    [by_version] = [p for p in panels if p["title"] == "Unsafe share by version"]
+    for target in by_version["targets"]:
+        assert "sum by (metric, model, model_version)" in target["expr"]
+        assert "{{model_version}}" in target["legendFormat"]
 
 
 def _defined_names() -> set[str]:
@@ -144,9 +150,19 @@ def test_the_series_rules_and_panels_rate_over_exist_at_zero_before_the_first_co
     for sample in ('guardrail_messages_total{outcome="judged"} 0.0',
                    'guardrail_messages_total{outcome="dlq"} 0.0',
                    'guardrail_judge_tokens_total{direction="output"} 0.0',
-                   'guardrail_judgments_total{metric="toxicity",verdict="unsafe"} 0.0',
-                   'guardrail_judgments_total{metric="toxicity",verdict="error"} 0.0',
+                   'guardrail_metrics_groups_folded_total 0.0',
                    'guardrail_alerts_total{metric="toxicity"} 0.0'):
+        assert sample in text
+    # A group's verdict series all start with its first count (the one counted
+    # then is the only one Prometheus cannot see as an increase).
+    group = telemetry.groups.group_of({"model": "bot", "model_version": "v2"})
+    telemetry.groups.count("toxicity", "safe", group)
+    text = telemetry.render().decode()
+    labels = 'model="bot",model_version="v2",prompt_version="-"'
+    for sample in (f'guardrail_judgments_total{{metric="toxicity",{labels},verdict="unsafe"}} 0.0',
+                   f'guardrail_judgments_total{{metric="toxicity",{labels},verdict="error"}} 0.0',
+                   f'guardrail_judgments_total{{metric="toxicity",{labels},verdict="safe"}} 1.0',
+                   f'guardrail_unsafe_rate{{metric="toxicity",{labels}}} 0.0'):
         assert sample in text
 
 

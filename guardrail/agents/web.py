@@ -31,8 +31,16 @@ def current_rates(table: Any) -> list[dict[str, Any]]:
 
 
 def _update_lag(runtime: GuardrailApp) -> None:
-    consumer = runtime.app.consumer
+    """Lag of the topics the worker commits. Faust's internal ones (table
+    changelogs, the assignor's leader topic) are read but never committed:
+    their "lag" would be their size, so they are left out."""
+    app = runtime.app
+    consumer = app.consumer
+    internal = set(app.tables.changelog_topics) | set(consumer.randomly_assigned_topics)
     for tp in consumer.assignment():
+        if (tp.topic in internal or tp.topic.endswith("-changelog")
+                or tp.topic.endswith("__assignor-__leader")):
+            continue
         highwater = consumer.highwater(tp)
         committed = consumer._committed_offset.get(tp)  # no public accessor in 0.15.3
         if highwater is not None:

@@ -144,6 +144,8 @@ class MessageJudge:
         self._noticed: set[str] = set()
         self.worker, self.kafka, self.windows = worker, kafka, windows
         self.telemetry = telemetry or Telemetry()
+        #: Groups with their own /metrics series; later ones are counted as "other".
+        self.telemetry.groups.max_groups = windows.metrics_max_groups
         self.emit_judgments = emit_judgments
         self.results_topic = results_topic or kafka.results_topic
         self.dlq_topic = dlq_topic or kafka.dlq_topic
@@ -310,7 +312,7 @@ class MessageJudge:
         key = (message.case.case_id or source.coordinates).encode()
         records = [Outgoing(self.results_topic, key, orjson.dumps(record),
                             headers=raw.source.headers)]
-        self._count(metrics)
+        self._count(metrics, message.metadata)
         if self.exporter is not None:
             self.exporter.export(metrics, message.trace, case_id=message.case.case_id or "",
                                  event_time_ms=event_ms)
@@ -338,13 +340,14 @@ class MessageJudge:
         self.telemetry.review_items.inc()
         return [Outgoing(self.review.review_topic, item.key(), item.encode())]
 
-    def _count(self, metrics: RedteamMetrics) -> None:
+    def _count(self, metrics: RedteamMetrics, metadata: dict[str, str]) -> None:
         self.tally.add(metrics)
         t = self.telemetry
         t.messages.labels(outcome="judged").inc()
+        group = t.groups.group_of(metadata)
         for m in metrics.metrics:
             verdict = "error" if m.error else ("unsafe" if m.unsafe else "safe")
-            t.judgments.labels(metric=m.name, verdict=verdict).inc()
+            t.groups.count(m.name, verdict, group)
             t.dropped_spans.inc(m.dropped_spans)
             t.cache_hits.inc(m.cached)
             t.tokens.labels(direction="input").inc(m.input_tokens)

@@ -1,8 +1,9 @@
 """Prometheus metrics of one worker (its own registry, so tests can run several).
 
     telemetry = Telemetry()
-    telemetry.expect_metrics(["bias", "toxicity"])   # their series start at 0
-    telemetry.judgments.labels(metric="toxicity", verdict="unsafe").inc()
+    telemetry.expect_metrics(["bias", "toxicity"])   # series at 0 (a group's: at its first count)
+    group = telemetry.groups.group_of(metadata)     # bounded: see .group_series
+    telemetry.groups.count("toxicity", "unsafe", group)
     body = telemetry.render()      # text exposition format for /metrics
 """
 
@@ -12,6 +13,8 @@ from collections.abc import Iterable
 
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram,
                                generate_latest)
+
+from .group_series import GROUP_LABELS, GroupSeries
 
 __all__ = ["Telemetry", "CONTENT_TYPE_LATEST"]
 
@@ -24,8 +27,22 @@ class Telemetry:
         r = self.registry
         self.messages = Counter("guardrail_messages", "Input messages handled, by outcome "
                                 "(judged, not_sampled, dlq)", ["outcome"], registry=r)
-        self.judgments = Counter("guardrail_judgments", "Metric judgments by verdict "
-                                 "(safe, unsafe, error)", ["metric", "verdict"], registry=r)
+        self.judgments = Counter(
+            "guardrail_judgments", "Metric judgments by verdict (safe, unsafe, error) and "
+            "group (metadata model, model_version, prompt_version; '-' when missing; "
+            "'other' beyond metrics_max_groups groups)", ["metric", "verdict", *GROUP_LABELS],
+            registry=r)
+        self.unsafe_rate = Gauge(
+            "guardrail_unsafe_rate", "UNSAFE share of this worker's SAFE and UNSAFE verdicts "
+            "of the metric and group since it started (errors left out); for a share over "
+            "time or across workers use guardrail_judgments_total", ["metric", *GROUP_LABELS],
+            registry=r)
+        self.groups_folded = Counter(
+            "guardrail_metrics_groups_folded", "Groups counted under 'other' because "
+            "metrics_max_groups groups already had series (each once, up to 10000)",
+            registry=r)
+        #: Which group a judgment is counted under (MessageJudge sets max_groups).
+        self.groups = GroupSeries(self.judgments, self.unsafe_rate, self.groups_folded)
         self.judge_latency = Histogram(
             "guardrail_judge_latency_seconds", "Time to judge all metrics of one message",
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60), registry=r)
@@ -58,6 +75,19 @@ class Telemetry:
         self.alerts = Counter("guardrail_alerts", "Alerts fired", ["metric"], registry=r)
         self.review_items = Counter("guardrail_review_items", "Judged results sent to the "
                                     "human review queue", registry=r)
+        # The judge against its reviewers (guardrail.agents.agreement): one series per
+        # metric and group, the newest window with reviews; gone when it expires.
+        self.judge_precision = Gauge(
+            "guardrail_judge_precision", "The judge's precision against reviewers (weighted), "
+            "newest window with reviews", ["metric", "group"], registry=r)
+        self.judge_recall = Gauge(
+            "guardrail_judge_recall", "The judge's recall against reviewers (weighted), "
+            "newest window with reviews", ["metric", "group"], registry=r)
+        self.reviewed_labels = Gauge(
+            "guardrail_reviewed_labels", "Reviewers' labels in the newest window with "
+            "reviews", ["metric", "group"], registry=r)
+        self.agreement_alerts = Counter("guardrail_agreement_alerts", "Agreement alerts fired",
+                                        ["metric"], registry=r)
         self.in_flight = Gauge("guardrail_in_flight_messages", "Messages being judged",
                                registry=r)
         # Sampling and the judge budget (per worker: see guardrail.stream.budget).
@@ -96,10 +126,11 @@ class Telemetry:
         self.effective_sample_rate.set(1.0)
 
     def expect_metrics(self, names: Iterable[str]) -> None:
-        """Start the per-metric series of these rubric metrics at 0 (see above)."""
+        """Start the per-metric series of these rubric metrics at 0 (see above);
+        their verdict series per group start at 0 when the group is first counted."""
+        names = list(names)
+        self.groups.expect_metrics(names)  # per group, from its first count
         for name in names:
-            for verdict in ("safe", "unsafe", "error"):
-                self.judgments.labels(metric=name, verdict=verdict)
             self.alerts.labels(metric=name)
 
     def render(self) -> bytes:

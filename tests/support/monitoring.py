@@ -22,7 +22,7 @@ DASHBOARD = DOCKER / "grafana" / "dashboards" / "guardrail.json"
 
 #: Grafana's variables, replaced so the expressions are plain PromQL.
 GRAFANA_VARS = {"$__rate_interval": "5m", "$__range": "1h", "$__interval": "1m",
-                "$instance": ".*"}
+                "$instance": ".*", "$model": ".*"}
 #: Labels Prometheus adds or histograms carry, not the worker's own.
 TARGET_LABELS = {"instance", "job", "le"}
 

@@ -1,0 +1,102 @@
+"""Per-group judgment series on ``/metrics``, with bounded cardinality.
+
+Prometheus compares versions only if the judgment counters carry the group:
+``guardrail_judgments_total{metric, verdict, model, model_version,
+prompt_version}`` and the gauge ``guardrail_unsafe_rate{metric, model,
+model_version, prompt_version}``. The label values come from the message's
+metadata (``-`` where missing, as in the windows). Each distinct group is a
+set of series, so a worker gives its own series to the first ``max_groups``
+groups it counts and folds every later one into ``model="other",
+model_version="other", prompt_version="other"``, counting the groups it folded
+(``guardrail_metrics_groups_folded_total``)::
+
+    series = GroupSeries(telemetry.judgments, telemetry.unsafe_rate,
+                         telemetry.groups_folded, max_groups=50)
+    group = series.group_of({"model": "bot", "model_version": "v2"})
+    series.count("toxicity", "unsafe", group)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["GroupSeries", "GROUP_LABELS", "OTHER", "MISSING", "FOLDED_MEMORY"]
+
+#: The group labels of the per-group series, read from the message's metadata.
+GROUP_LABELS = ("model", "model_version", "prompt_version")
+#: Every label of a group beyond the limit.
+OTHER = "other"
+#: A label the metadata lacks (as in the windows' groups).
+MISSING = "-"
+#: Folded groups remembered so each is counted once; beyond this many, further
+#: groups are still folded but no longer counted (memory stays bounded).
+FOLDED_MEMORY = 10_000
+#: Longest label value kept (longer metadata values are cut).
+MAX_VALUE_CHARS = 128
+_VERDICTS = ("safe", "unsafe", "error")
+
+Group = tuple[str, str, str]
+
+
+class GroupSeries:
+    """Which group a judgment is counted under, and the counting itself."""
+
+    def __init__(self, judgments: Any, unsafe_rate: Any, folded: Any, *,
+                 max_groups: int = 50) -> None:
+        self._judgments, self._rate, self._folded = judgments, unsafe_rate, folded
+        #: Applies to groups seen from now on; groups with series keep them.
+        self.max_groups = max_groups
+        self._own: set[Group] = set()
+        self._folded_groups: set[Group] = set()
+        self._metrics: list[str] = []
+        #: (metric, group) -> [unsafe, safe + unsafe]: the gauge's ratio.
+        self._decided: dict[tuple[str, Group], list[int]] = {}
+
+    @property
+    def groups(self) -> int:
+        """Groups with series of their own (at most ``max_groups``)."""
+        return len(self._own)
+
+    def expect_metrics(self, names: Iterable[str]) -> None:
+        """Start these metrics' verdict series at 0 for each group given series
+        (now and later): Prometheus sees no increase in a series born at its
+        first count, only in later ones."""
+        for name in names:
+            if name not in self._metrics:
+                self._metrics.append(name)
+                for group in self._own:
+                    self._start(name, group)
+
+    def group_of(self, metadata: Mapping[str, Any]) -> Group:
+        """The group to count a message of this metadata under: its own, or
+        ``other`` once ``max_groups`` groups have series."""
+        key: Group = tuple(  # type: ignore[assignment]
+            str(metadata.get(label, MISSING))[:MAX_VALUE_CHARS] for label in GROUP_LABELS)
+        if key in self._own:
+            return key
+        if len(self._own) < self.max_groups:
+            self._own.add(key)
+            for name in self._metrics:
+                self._start(name, key)
+            return key
+        if key not in self._folded_groups and len(self._folded_groups) < FOLDED_MEMORY:
+            self._folded_groups.add(key)
+            self._folded.inc()
+        return (OTHER, OTHER, OTHER)
+
+    def count(self, metric: str, verdict: str, group: Group) -> None:
+        """One judgment of ``metric`` (safe, unsafe or error) in ``group``."""
+        labels = dict(zip(GROUP_LABELS, group))
+        self._judgments.labels(metric=metric, verdict=verdict, **labels).inc()
+        if verdict not in ("safe", "unsafe"):
+            return
+        decided = self._decided.setdefault((metric, group), [0, 0])
+        decided[0] += verdict == "unsafe"
+        decided[1] += 1
+        self._rate.labels(metric=metric, **labels).set(decided[0] / decided[1])
+
+    def _start(self, metric: str, group: Group) -> None:
+        labels = dict(zip(GROUP_LABELS, group))
+        for verdict in _VERDICTS:
+            self._judgments.labels(metric=metric, verdict=verdict, **labels)
