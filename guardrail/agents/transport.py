@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, ClassVar
@@ -68,6 +69,8 @@ import aiokafka
 import faust
 import mode
 from faust.transport.drivers import aiokafka as faust_aiokafka
+
+from ..kafka.time_offsets import offsets_since
 
 log = logging.getLogger("guardrail.transport")
 
@@ -90,6 +93,19 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         fetched = await fetched_highwaters(self._probe_options(), reported)
         return {tp: max(offset, fetched.get(tp, offset)) for tp, offset in reported.items()}
 
+    async def earliest_offsets(self, *partitions: Any) -> Mapping[Any, int]:
+        """Where table recovery starts: the beginning, except for changelogs
+        with a horizon (the window table's), where it is the first record
+        written since then: older records hold only expired cells, and reading
+        them would make every restart slower than the last."""
+        earliest = dict(await super().earliest_offsets(*partitions))
+        horizons = getattr(self.app, "changelog_horizons", {})
+        bounded = [tp for tp in partitions if tp.topic in horizons]
+        if bounded:
+            earliest.update(await _offsets_since_horizon(self._probe_options(), bounded,
+                                                         horizons))
+        return earliest
+
     async def seek_in_thread(self, tp: Any, offset: int) -> None:
         """Seek on the consumer thread's loop, in turn with its fetches (Faust's
         ``seek`` calls into aiokafka from the caller's thread)."""
@@ -106,6 +122,36 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             bootstrap_servers=faust_aiokafka.server_list(transport.url, transport.default_port),
             **faust_aiokafka.credentials_to_aiokafka_auth(conf.broker_credentials,
                                                          conf.ssl_context))
+
+
+async def _offsets_since_horizon(options: dict[str, Any], partitions: list[Any],
+                                 horizons: Mapping[str, float]) -> dict[Any, int]:
+    """Per partition, the first offset written within its topic's horizon, read
+    by a throwaway group-less consumer (the worker's own must not move). On
+    failure the partitions are left out: recovery then reads from the beginning."""
+    keys = {aiokafka.TopicPartition(tp.topic, tp.partition): tp for tp in partitions}
+    probe = aiokafka.AIOKafkaConsumer(group_id=None, enable_auto_commit=False,
+                                      fetch_max_wait_ms=100, **options)
+    started, found = False, {}
+    try:
+        await probe.start()
+        started = True
+        probe.assign(list(keys))
+        for topic in {tp.topic for tp in partitions}:
+            since_ms = int((time.time() - horizons[topic]) * 1000)
+            mine = [key for key in keys if key.topic == topic]
+            for key, offset in (await offsets_since(probe, mine, since_ms)).items():
+                found[keys[key]] = offset
+        log.info("table recovery starts at the first changelog records of the live "
+                 "windows: %s", {f"{tp.topic}[{tp.partition}]": o for tp, o in found.items()})
+    except Exception as exc:  # the beginning is still a correct start
+        log.warning("could not find where the live windows start (%s); recovering the "
+                    "whole changelog", exc)
+        return {}
+    finally:
+        if started:
+            await probe.stop()
+    return found
 
 
 async def fetched_highwaters(options: dict[str, Any], reported: Mapping[Any, int], *,
@@ -288,6 +334,9 @@ class GuardrailFaustApp(faust.App):
 
     def __init__(self, *args: Any, fetch_wait_ms: int | None = None, **kwargs: Any) -> None:
         self.fetch_wait_ms = fetch_wait_ms
+        #: Changelog topic -> seconds back from now where its table's recovery
+        #: may start (see ``_ConsumerThread.earliest_offsets``).
+        self.changelog_horizons: dict[str, float] = {}
         self._stop_hooks: list[StopHook] = []
         super().__init__(*args, **kwargs)
 

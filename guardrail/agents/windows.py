@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import faust
 
+from ..kafka.window_cells import changelog_topic, live_horizon_seconds
 from ..settings import AlertRule, WindowSettings
 from ..stream.alerts import AlertDispatcher, Cooldown, WindowCounts, check_rule, rule_for
 from ..stream.envelope import utc_iso
@@ -153,6 +154,9 @@ def register(runtime: GuardrailApp) -> None:
     counter = WindowCounter(s.windows, windowed, telemetry=runtime.telemetry,
                             dispatcher=runtime.dispatcher)
     runtime.state["table"] = table
+    # Recovery starts at the first changelog record that can hold a live window.
+    app.changelog_horizons[changelog_topic(s.kafka.app_id)] = live_horizon_seconds(
+        s.windows.window_seconds, s.windows.window_expires_seconds)
     unknown = UnknownRecords(runtime.telemetry, "judgments")
 
     # Writes tables, so concurrency stays 1 (faust-streaming caveat).
@@ -234,6 +238,21 @@ class ConfirmedTable(faust.Table):
         fut = super().send_changelog(*args, **kwargs)
         self._unconfirmed.append(fut)
         return fut
+
+    async def _del_old_keys(self) -> None:
+        """Faust drops expired window cells from memory only; a tombstone per
+        dropped cell also deletes it from the changelog (real Kafka's compaction
+        then removes it, and no reader ever restores it)."""
+        now = time.time()  # the moment Faust's own staleness check uses
+        placed = {key: partition for (partition, end), keys in
+                  list(self._partition_timestamp_keys.items())
+                  if self.window is not None and self.window.stale(end, now) for key in keys}
+        await super()._del_old_keys()
+        gone = [(key, partition) for key, partition in placed.items() if key not in self.data]
+        for key, partition in gone:
+            self.send_changelog(partition, key, None, value_serializer="raw")
+        if gone:
+            log.info("expired %d window cells (tombstones written)", len(gone))
 
     async def confirm_changelog(self) -> None:
         """Return once every changelog write made so far is acknowledged."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -40,7 +41,8 @@ from ..errors import GuardrailError
 from ..settings import KafkaSettings, Settings
 from .clients import client_options, resolve_bootstrap
 from .topics import partition_counts
-from .window_cells import WindowCells, changelog_topic
+from .time_offsets import offsets_since
+from .window_cells import WindowCells, changelog_topic, live_horizon_seconds
 
 __all__ = ["RatesView", "ChangelogReader", "TopicFollower", "RecordSink", "read_rates",
            "read_topic", "RatesUnavailable"]
@@ -78,8 +80,12 @@ class ChangelogReader:
     """
 
     def __init__(self, kafka: KafkaSettings, topic: str, cells: RecordSink, *,
-                 fetch_wait_ms: int, poll_records: int = POLL_RECORDS) -> None:
+                 fetch_wait_ms: int, poll_records: int = POLL_RECORDS,
+                 horizon_seconds: float | None = None) -> None:
         self.kafka, self.topic, self.cells = kafka, topic, cells
+        #: Start at the first record written within this many seconds (the
+        #: window changelog: older records hold only expired cells); None: all.
+        self.horizon_seconds = horizon_seconds
         self.fetch_wait_ms, self.poll_records = fetch_wait_ms, poll_records
         self.next_offsets: dict[int, int] = {}  # partition -> next offset to apply
         self._consumer: AIOKafkaConsumer | None = None
@@ -102,11 +108,23 @@ class ChangelogReader:
         consumer.assign(self._partitions)
         fresh = [tp for tp in self._partitions if tp.partition not in self.next_offsets]
         if fresh:
-            await consumer.seek_to_beginning(*fresh)
+            await self._seek_start(consumer, fresh)
         for tp in self._partitions:
             if tp.partition in self.next_offsets:
                 consumer.seek(tp, self.next_offsets[tp.partition])
         return True
+
+    async def _seek_start(self, consumer: AIOKafkaConsumer, fresh: list[TopicPartition]
+                          ) -> None:
+        """The beginning, or with a horizon the first record written since
+        (the end where every record is older): start time then depends on the
+        live windows, not on the changelog's age (compacted or not)."""
+        if self.horizon_seconds is None:
+            await consumer.seek_to_beginning(*fresh)
+            return
+        since_ms = int((time.time() - self.horizon_seconds) * 1000)
+        for tp, offset in (await offsets_since(consumer, fresh, since_ms)).items():
+            consumer.seek(tp, offset)
 
     async def _partition_count(self) -> int | None:
         admin = AIOKafkaAdminClient(request_timeout_ms=15000, **client_options(self.kafka))
@@ -156,6 +174,11 @@ class ChangelogReader:
         return self._consumer
 
 
+def _horizon(settings: Settings) -> float:
+    return live_horizon_seconds(settings.windows.window_seconds,
+                                settings.windows.window_expires_seconds)
+
+
 def _cells(settings: Settings) -> WindowCells:
     return WindowCells(window_seconds=settings.windows.window_seconds,
                        expires_seconds=settings.windows.window_expires_seconds)
@@ -169,17 +192,19 @@ async def read_rates(settings: Settings, *, app_id: str | None = None,
     cells = _cells(settings)
     missing = f"no worker with app id {app_id!r} has counted there yet (see --app-id)"
     await read_topic(settings, changelog_topic(app_id), cells, timeout=timeout,
-                     missing=missing)
+                     missing=missing, horizon_seconds=_horizon(settings))
     return cells
 
 
 async def read_topic(settings: Settings, topic: str, sink: RecordSink, *,
-                     timeout: float = 60.0, missing: str = "it does not exist") -> int:
+                     timeout: float = 60.0, missing: str = "it does not exist",
+                     horizon_seconds: float | None = None) -> int:
     """Feed every record of ``topic`` to ``sink`` once, up to the end seen at
     the start; returns how many. :class:`RatesUnavailable` when the topic is
     missing (``missing`` says why), unreachable or not read within ``timeout``."""
     reader = ChangelogReader(settings.kafka, topic, sink,
-                             fetch_wait_ms=settings.worker.consumer_fetch_wait_ms)
+                             fetch_wait_ms=settings.worker.consumer_fetch_wait_ms,
+                             horizon_seconds=horizon_seconds)
     where = resolve_bootstrap(settings.kafka)
     records = 0
     try:
@@ -214,11 +239,13 @@ class TopicFollower:
     #: How its log lines name it.
     name = "follower"
 
-    def __init__(self, settings: Settings, topic: str, sink: RecordSink) -> None:
+    def __init__(self, settings: Settings, topic: str, sink: RecordSink, *,
+                 horizon_seconds: float | None = None) -> None:
         self.topic = topic
         self.sink = sink
         self.reader = ChangelogReader(settings.kafka, topic, sink,
-                                      fetch_wait_ms=settings.worker.consumer_fetch_wait_ms)
+                                      fetch_wait_ms=settings.worker.consumer_fetch_wait_ms,
+                                      horizon_seconds=horizon_seconds)
         self.caught_up = False
         self.failures = 0
         self._task: asyncio.Task[None] | None = None
@@ -274,7 +301,8 @@ class RatesView(TopicFollower):
 
     def __init__(self, settings: Settings, *, app_id: str | None = None) -> None:
         self.cells = _cells(settings)
-        super().__init__(settings, changelog_topic(app_id or settings.kafka.app_id), self.cells)
+        super().__init__(settings, changelog_topic(app_id or settings.kafka.app_id), self.cells,
+                         horizon_seconds=_horizon(settings))
 
     def rows(self, *, metric: str | None = None) -> list[dict[str, Any]]:
         """The group's unexpired window cells (of ``metric``, if given) as

@@ -37,7 +37,7 @@ from ..stream.envelope import utc_iso
 from ..stream.events import parse_window_key
 
 __all__ = ["WINDOW_TABLE", "changelog_topic", "ChangelogRecordError", "Cell", "decode_record",
-           "window_row", "sort_rows", "stale_before", "WindowCells"]
+           "window_row", "sort_rows", "stale_before", "live_horizon_seconds", "WindowCells"]
 
 log = logging.getLogger("guardrail.rates")
 
@@ -131,6 +131,22 @@ def sort_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     as ``/rates`` has always listed them)."""
     rows.sort(key=lambda r: (r["window_start"], r["metric"], r["group"]), reverse=True)
     return rows
+
+
+#: Slack for clocks and late writes in :func:`live_horizon_seconds`.
+HORIZON_SLACK_SECONDS = 120.0
+
+
+def live_horizon_seconds(window_seconds: float, expires_seconds: float) -> float:
+    """How far back a changelog record can still hold a live window cell.
+
+    A cell's last write happens while its window is open or later (a late
+    event), and a window is live until ``expires`` after it ends: so a record
+    written more than ``window + expires`` (plus some slack for clocks) ago
+    holds only expired cells, and readers may start at the first record after
+    that time (Kafka's ``offsets_for_times``) instead of at the beginning,
+    whatever the changelog's age or compaction."""
+    return window_seconds + expires_seconds + HORIZON_SLACK_SECONDS
 
 
 def stale_before(now: float, window_seconds: float, expires_seconds: float) -> float:
