@@ -23,7 +23,7 @@ N lines.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -36,7 +36,8 @@ from .formats.base import InputDecoder, UndecodableRecord
 from .inputs import describe_validation
 from .models import Case
 
-__all__ = ["LabelledCase", "read_labels", "default_labels_path", "balanced_sample"]
+__all__ = ["LabelledCase", "read_labels", "read_label_rows", "default_labels_path",
+           "balanced_sample"]
 
 
 class LabelledCase(BaseModel):
@@ -96,26 +97,39 @@ def read_labels(path: Path, *, metrics: Sequence[str] = (), limit: int | None = 
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read labels {path}: {exc}") from None
+    return read_label_rows(((f"{path}:{number}", line)
+                            for number, line in enumerate(lines, start=1)),
+                           metrics=metrics, limit=limit, decoder=decoder)
+
+
+def read_label_rows(rows: Iterable[tuple[str, str | bytes]], *, metrics: Sequence[str] = (),
+                    limit: int | None = None, decoder: InputDecoder | None = None
+                    ) -> tuple[list[LabelledCase], list[str]]:
+    """The one reader of labelled cases, wherever the lines come from: a file
+    (:func:`read_labels`) or the labels topic (``calibrate --labels-topic``,
+    whose labels are turned into the very lines ``labels export`` writes).
+    ``rows`` are ``(where, JSON line)`` pairs; ``where`` names a bad line in
+    its problem."""
     cases: list[LabelledCase] = []
     problems: list[str] = []
-    for number, line in enumerate(lines, start=1):
+    for where, line in rows:
         if not line.strip():
             continue
         try:
             labelled = [LabelledCase.model_validate(record)
                         for record in _labelled_records(orjson.loads(line), decoder)]
         except orjson.JSONDecodeError as exc:
-            problems.append(f"{path}:{number}: not valid JSON: {exc}")
+            problems.append(f"{where}: not valid JSON: {exc}")
             continue
         except ValidationError as exc:
-            problems.append(f"{path}:{number}: {describe_validation(exc)}")
+            problems.append(f"{where}: {describe_validation(exc)}")
             continue
         except UndecodableRecord as exc:
-            problems.append(f"{path}:{number}: {exc}")
+            problems.append(f"{where}: {exc}")
             continue
         for case in labelled:
             if not (case.output or "").strip():
-                problems.append(f"{path}:{number}: output is blank")
+                problems.append(f"{where}: output is blank")
             elif not metrics or case.metric in metrics:
                 cases.append(case)
     return (cases if limit is None else balanced_sample(cases, limit)), problems

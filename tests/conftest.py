@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 # Before anything imports litellm: never fetch the price map from the network.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -63,6 +64,21 @@ def kafka_bootstrap(tmp_path_factory):
     broker = EmbeddedBroker(log_path=tmp_path_factory.mktemp("broker") / "tansu.log").start()
     yield broker.bootstrap
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """The browser binary, or a skip that says what is missing."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        pytest.skip("playwright is not installed (dev extra: pip install -e '.[dev]')")
+    path = (os.environ.get("GUARDRAIL_CHROMIUM") or shutil.which("chromium")
+            or shutil.which("chromium-browser"))
+    if not path:
+        pytest.skip("no Chromium to drive: apt-get install chromium (Debian), or set "
+                    "GUARDRAIL_CHROMIUM to a Chromium binary")
+    return path
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,6 @@ import json
 import math
 import os
 import re
-import shutil
 import time
 import urllib.request
 from types import SimpleNamespace
@@ -96,21 +95,6 @@ def _wait(predicate, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.5)
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    """The browser binary, or a skip that says what is missing."""
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        pytest.skip("playwright is not installed (dev extra: pip install -e '.[dev]')")
-    path = (os.environ.get("GUARDRAIL_CHROMIUM") or shutil.which("chromium")
-            or shutil.which("chromium-browser"))
-    if not path:
-        pytest.skip("no Chromium to drive: apt-get install chromium (Debian), or set "
-                    "GUARDRAIL_CHROMIUM to a Chromium binary")
-    return path
 
 
 @pytest.fixture(scope="module")

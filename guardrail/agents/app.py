@@ -15,6 +15,7 @@ until SIGTERM. Each piece lives in its own module:
 - :mod:`.sampling` — which messages are judged, and the judge budget.
 - :mod:`.web` — ``/rates``, ``/health``, ``/metrics``.
 - :mod:`.dashboard` — ``/dashboard``, the live page over the same data.
+- :mod:`.review` — ``/review``, the human review queue (with ``review_users_file``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from ..stream.budget import check_budget_prices
 from ..stream.otel_export import evaluation_exporter
 from ..stream.processing import MessageJudge
 from ..stream.telemetry import Telemetry
-from . import dashboard, judging, sampling, web, windows
+from . import agreement, dashboard, judging, review, sampling, web, windows
 from .runtime import GuardrailApp, WorkerRuntime
 from .transport import GuardrailFaustApp
 
@@ -107,10 +108,12 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
     sampling.register(runtime)  # before the judging agent: it may add a hook to acks
     judging.register(runtime)
     windows.register(runtime)
+    agreement.register(runtime)  # review on: /agreement, its gauges and alerts
     web.register(runtime)
     app.task(runtime.start)  # once the worker is up; stopped in runtime.close
     # The page shows the whole group's windows (the changelog view behind /rates).
     dashboard.register(runtime, rows=runtime.rates_view.rows, rates_scope="all workers")
+    review.register(runtime)  # /review; with review_protect_pages, guards the pages above
     app.before_producer_stops(runtime.close)
     return runtime
 

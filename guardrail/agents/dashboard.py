@@ -13,6 +13,9 @@ function or a coroutine function::
 
     dashboard.register(runtime)                                  # this worker
     dashboard.register(runtime, rows=fleet_rows, rates_scope="all workers")
+
+With the review queue on, the page also shows the judge's agreement with its
+reviewers (the tracker of :mod:`.agreement`, ``runtime.state["agreement"]``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..stream.dashboard import PageContext, build_dashboard, render_page, spend_of
+from ..stream.dashboard.agreement import build_agreement
 from .web import current_rates
 
 if TYPE_CHECKING:
@@ -74,17 +78,23 @@ async def _read(source: Source, what: str, problems: list[str]) -> list[Any]:
 
 
 async def render(runtime: WorkerRuntime, *, rows: Source, alerts: Source,
-                 context: PageContext) -> tuple[int, str]:
-    """``(status, html)``: 200, or 503 when the window rates could not be read."""
+                 context: PageContext, agreement: Source | None = None) -> tuple[int, str]:
+    """``(status, html)``: 200, or 503 when the window rates could not be read.
+    ``agreement`` returns ``/agreement`` rows (None: no agreement panel)."""
     problems: list[str] = []
     rate_rows = await _read(rows, "the window rates", problems)
     rates_failed = bool(problems)
     recent = await _read(alerts, "the alerts", problems)
     windows = runtime.settings.windows
+    panel = None
+    if agreement is not None:
+        agreement_rows = await _read(agreement, "the agreement figures", problems)
+        panel = build_agreement(agreement_rows, version_label=windows.version_label,
+                                problems=problems)
     data = build_dashboard(rate_rows, recent, window_seconds=windows.window_seconds,
                            version_label=windows.version_label,
                            spend=spend_of(runtime.telemetry), rules=windows.alert_rules,
-                           problems=problems)
+                           problems=problems, agreement=panel)
     return (503 if rates_failed else 200), render_page(data, context)
 
 
@@ -105,5 +115,7 @@ def register(runtime: WorkerRuntime, *, rows: Source | None = None,
         context = PageContext(app_id=settings.kafka.app_id,
                               input_topic=settings.kafka.input_topic, refresh_seconds=refresh,
                               rates_scope=rates_scope, alerts_scope=alerts_scope)
-        status, page = await render(runtime, rows=rows, alerts=alerts, context=context)
+        tracker = runtime.state.get("agreement")  # review on (guardrail.agents.agreement)
+        status, page = await render(runtime, rows=rows, alerts=alerts, context=context,
+                                    agreement=getattr(tracker, "rows", None))
         return web.html(page, status=status)

@@ -36,10 +36,12 @@ else:
 
 from .calibrate import calibrate_command  # noqa: E402
 from .inputs import inputs_group  # noqa: E402
+from .labels import labels_group  # noqa: E402
 from .local import register as _register_local  # noqa: E402
 
 cli.add_command(calibrate_command)
 cli.add_command(inputs_group)
+cli.add_command(labels_group)
 _register_local(cli)
 
 

@@ -1,8 +1,14 @@
 """``calibrate``: how far to trust a judge, measured on labelled cases, and
 where to put each metric's verdict threshold.
 
-    guardrail calibrate [--labels F.jsonl] [--metric toxicity] [--limit N] [--output-dir D]
-                        [--target accuracy|precision=P|recall=R] [--json] [--quiet]
+    guardrail calibrate [--labels F.jsonl | --labels-topic [TOPIC]] [--metric toxicity]
+                        [--limit N] [--output-dir D] [--target accuracy|precision=P|recall=R]
+                        [--json] [--quiet]
+
+``--labels-topic`` reads the reviewers' labels straight from the labels topic
+(default: the ``labels_topic`` setting); each label becomes the line
+``guardrail labels export`` would write and goes through the same reader as a
+file (:func:`guardrail.labels.read_label_rows`), so both give one report.
 """
 
 from __future__ import annotations
@@ -13,12 +19,13 @@ from typing import Any
 
 import click
 
-from ..calibrate import (CalibrationReport, MetricReport, calibrate, default_labels_path,
-                         read_labels, write_report)
+from ..calibrate import (CalibrationReport, LabelledCase, MetricReport, calibrate,
+                         default_labels_path, read_labels, write_report)
 from ..errors import InputError
+from ..formats import build_decoder
+from ..labels import read_label_rows
 from ..models import dumps
 from ..thresholds import Target, display_rows, recommend
-from ..formats import build_decoder
 from .batch import input_format_options, settings_from_flags, settings_options
 from .progress import Progress
 
@@ -37,6 +44,12 @@ def _parse_target(_ctx: click.Context, _param: click.Parameter, value: str) -> T
                                                          path_type=Path),
               help='JSON Lines of {"output", "label": "unsafe"|"safe", "metric"} '
                    "(default: the built-in set of 40).")
+@click.option("--labels-topic", "labels_topic", is_flag=False, flag_value="", default=None,
+              metavar="[TOPIC]",
+              help="Read the reviewers' labels from this Kafka topic (alone: the labels_topic "
+                   "setting), as `guardrail labels export` would write them.")
+@click.option("--bootstrap-servers", help="Kafka bootstrap servers for --labels-topic "
+              "(default: GUARDRAIL_BOOTSTRAP_SERVERS, else the embedded broker).")
 @click.option("--metric", "metrics", multiple=True, help="Only this metric (repeatable).")
 @click.option("--limit", type=click.IntRange(min=1),
               help="N cases per metric, half unsafe and half safe where the file has them "
@@ -52,39 +65,58 @@ def _parse_target(_ctx: click.Context, _param: click.Parameter, value: str) -> T
 @click.option("--quiet", is_flag=True, help="No progress line.")
 @input_format_options
 @settings_options
-def calibrate_command(labels_path: Path | None, metrics: tuple[str, ...], limit: int | None,
-                      target: Target, output_dir: Path, as_json: bool, quiet: bool,
-                      **flags: Any) -> None:
+def calibrate_command(labels_path: Path | None, labels_topic: str | None,
+                      bootstrap_servers: str | None, metrics: tuple[str, ...],
+                      limit: int | None, target: Target, output_dir: Path, as_json: bool,
+                      quiet: bool, **flags: Any) -> None:
     """Measure the configured judge against labelled cases (unsafe = positive) and
     recommend each metric's verdict threshold from the judge's P(UNSAFE)."""
-    settings = settings_from_flags(**flags)
-    labels_path = labels_path or default_labels_path()
-    cases, problems = read_labels(labels_path, metrics=metrics, limit=limit,
-                                  decoder=build_decoder(settings.inputs))
+    if labels_topic is not None and labels_path is not None:
+        raise click.UsageError("--labels and --labels-topic exclude each other")
+    settings = settings_from_flags(bootstrap_servers=bootstrap_servers, **flags)
+    if labels_topic is not None:
+        source, (cases, problems) = _topic_labels(settings, labels_topic, metrics, limit)
+    else:
+        source = str(labels_path or default_labels_path())
+        cases, problems = read_labels(labels_path or default_labels_path(), metrics=metrics,
+                                      limit=limit, decoder=build_decoder(settings.inputs))
     for problem in problems:
         click.echo(f"skipped {problem}", err=True)
     if not cases:
-        raise InputError(f"no labelled cases to judge in {labels_path}"
+        raise InputError(f"no labelled cases to judge in {source}"
                          + (f" for metric {', '.join(metrics)}" if metrics else ""))
     with Progress("judged", unit="cases", total=len(cases), enabled=not quiet) as progress:
         report = asyncio.run(calibrate(cases, settings=settings, target=target,
-                                       labels=str(labels_path),
+                                       labels=source,
                                        progress=lambda _outcome: progress.advance()))
     report.problems = problems
     paths = write_report(report, output_dir)
     if as_json:
         click.echo(dumps(report.as_dict(), indent=True).decode())
     else:
-        _print_report(report, labels_path)
+        _print_report(report, source)
         _print_thresholds(report)
     _print_written(report, paths, err=as_json)
+
+
+def _topic_labels(settings: Any, topic: str, metrics: tuple[str, ...], limit: int | None
+                  ) -> tuple[str, tuple[list[LabelledCase], list[str]]]:
+    """The labels topic's labels through the file reader (always in the case
+    format: ``--input-format`` is for files)."""
+    from ..review.labels_topic import label_rows, read_labels_topic
+
+    topic = topic or settings.review.labels_topic
+    fold = asyncio.run(read_labels_topic(settings, topic=topic))
+    assert fold is not None
+    return f"topic:{topic}", read_label_rows(label_rows(fold.records(), topic),
+                                             metrics=metrics, limit=limit)
 
 
 def _figure(value: float | None) -> str:
     return "  n/a" if value is None else f"{value:5.3f}"
 
 
-def _print_report(report: CalibrationReport, labels_path: Path) -> None:
+def _print_report(report: CalibrationReport, labels_path: str) -> None:
     click.echo(f"calibration  judge={report.judge_model}  scoring_mode={report.scoring_mode}  "
                f"judge_calls={report.judge_calls}  labels={labels_path}  "
                f"({report.seconds:.1f}s)")

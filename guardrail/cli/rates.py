@@ -7,6 +7,15 @@
 
 ``seen`` counts every message of the window, ``total`` the judged ones
 (sampling judges a share; the rate is over the judged).
+
+When reviewers have labelled some of the window's results (the labels topic
+of the review queue), ``rates_table(rows, agreement)`` adds the judge's
+agreement with them and the corrected rate::
+
+    reviewed  precision  recall  corrected
+          24      83.3%   71.4%  23.3% (12.1%-41.0%)
+
+(``-`` where a window has no review, or too few for a figure.)
 """
 
 from __future__ import annotations
@@ -20,14 +29,40 @@ _HEADER = ("metric", "group", "window (UTC)", "seen", "total", "unsafe", "errors
 _NUMERIC = {3, 4, 5, 6, 7}  # right-aligned columns
 
 
-def rates_table(rows: list[dict[str, Any]]) -> str:
-    """Rows as ``/rates`` gives them, as an aligned text table (in their order)."""
-    lines = [_HEADER] + [_line(row) for row in rows]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(_HEADER))]
+_AGREEMENT_HEADER = ("reviewed", "precision", "recall", "corrected")
+
+
+def rates_table(rows: list[dict[str, Any]],
+                agreement: list[dict[str, Any]] | None = None) -> str:
+    """Rows as ``/rates`` gives them, as an aligned text table (in their order);
+    with ``agreement`` rows (``/agreement``'s shape), their columns beside."""
+    header, numeric = _HEADER, set(_NUMERIC)
+    lines = [_line(row) for row in rows]
+    if agreement:
+        by_window = {(a["metric"], a["group"], a["window_start"]): a for a in agreement}
+        header = _HEADER + _AGREEMENT_HEADER
+        numeric |= set(range(len(_HEADER), len(header)))
+        lines = [line + _agreement_cells(by_window.get((row["metric"], row["group"],
+                                                        row["window_start"])))
+                 for line, row in zip(lines, rows)]
+    lines = [header] + lines
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join(
-        "  ".join(cell.rjust(w) if i in _NUMERIC else cell.ljust(w)
+        "  ".join(cell.rjust(w) if i in numeric else cell.ljust(w)
                   for i, (cell, w) in enumerate(zip(line, widths))).rstrip()
         for line in lines)
+
+
+def _agreement_cells(row: dict[str, Any] | None) -> tuple[str, ...]:
+    if row is None:
+        return ("0", "-", "-", "-")
+    enough = row.get("enough_reviews", True)
+    figures = [_rate_text(row[name]["value"]) if enough and row.get(name) else "-"
+               for name in ("precision", "recall")]
+    corrected = row.get("corrected_unsafe_rate")
+    corrected_text = "-" if not corrected else (
+        f"{corrected['value']:.1%} ({corrected['low']:.1%}-{corrected['high']:.1%})")
+    return (str(row["reviewed"]), *figures, corrected_text)
 
 
 def _line(row: dict[str, Any]) -> tuple[str, ...]:

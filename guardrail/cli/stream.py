@@ -118,12 +118,14 @@ def tail_command(topic: str | None, from_beginning: bool, idle_timeout: float | 
 @click.option("--app-id", "--group", "app_id",
               help="Consumer group (the workers' app id) to show; default: GUARDRAIL_APP_ID.")
 @click.option("--metric", "metrics", multiple=True, help="Only this metric (repeatable).")
-@click.option("--json", "as_json", is_flag=True, help="Print the JSON /rates answers.")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON /rates answers (and the "
+              "/agreement rows under \"agreement\" when reviewers have labelled results).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0,
               show_default=True, help="Give up reading the changelog after this many seconds.")
 def rates_command(app_id: str | None, metrics: tuple[str, ...], as_json: bool, timeout: float,
                   **flags: Any) -> None:
-    """Windowed unsafe rates of the whole consumer group, newest window first."""
+    """Windowed unsafe rates of the whole consumer group, newest window first; with the
+    judge's agreement with reviewers and the corrected rate where labels exist."""
     from ..kafka.rates_view import read_rates
     from ..kafka.window_cells import changelog_topic
     from .rates import rates_table
@@ -137,16 +139,43 @@ def rates_command(app_id: str | None, metrics: tuple[str, ...], as_json: bool, t
     if cells.malformed:
         click.echo(f"warning: skipped {cells.malformed} changelog record(s) that are not "
                    f"window cells (last: {cells.last_error})", err=True)
+    agreement = _agreement(settings, rows, metrics, timeout)
     if as_json:
         click.echo(orjson.dumps({
             "scope": "group", "app_id": app_id, "changelog_topic": changelog_topic(app_id),
             "window_seconds": settings.windows.window_seconds, "caught_up": True,
-            "malformed_records": cells.malformed, "rates": rows}).decode())
+            "malformed_records": cells.malformed, "rates": rows,
+            "labels_topic": settings.review.labels_topic, "agreement": agreement}).decode())
     elif rows:
-        click.echo(rates_table(rows))
+        click.echo(rates_table(rows, agreement))
     else:
         click.echo(f"no unexpired windows for app id {app_id!r}"
                    + (f" and metric {', '.join(metrics)}" if metrics else ""))
+
+
+def _agreement(settings: Any, rows: list[dict[str, Any]], metrics: tuple[str, ...],
+               timeout: float) -> list[dict[str, Any]]:
+    """The reviewers' agreement with the judge per window (``/agreement`` rows),
+    from the labels topic read once; [] when it is missing or empty."""
+    from ..kafka.rates_view import RatesUnavailable
+    from ..kafka.window_cells import stale_before
+    from ..review.agreement import agreement_rows
+    from ..review.labels_topic import read_labels_topic
+
+    try:
+        fold = asyncio.run(read_labels_topic(settings, timeout=timeout, missing_ok=True))
+    except RatesUnavailable as exc:
+        click.echo(f"warning: no agreement figures: {exc}", err=True)
+        return []
+    if fold is None or not fold.by_key:
+        return []
+    windows, review = settings.windows, settings.review
+    return agreement_rows(
+        fold.records(), rows, window_seconds=windows.window_seconds,
+        group_labels=windows.group_labels, min_reviews=review.agreement_min_reviews,
+        corrected_min_reviews=review.corrected_min_reviews, metrics=metrics,
+        after=stale_before(time.time(), windows.window_seconds,
+                           windows.window_expires_seconds))
 
 
 def _time(value: str | None) -> int | None:

@@ -4,6 +4,10 @@
 - :mod:`.records` — review items and labels as they travel on Kafka.
 - :mod:`.selection` — which judged results go to review (deterministic per case);
   imported as ``guardrail.review.selection``.
+- :mod:`.queue` — who gets which item next: leases, skips, what is left.
+- :mod:`.auth` and :mod:`.access` — the users file, sessions, CSRF; who may write.
+- :mod:`.page` (with :mod:`.style`) and :mod:`.submit` — the ``/review`` page and
+  the answers it takes; served by :mod:`guardrail.agents.review`.
 """
 
 from .records import (CHOICES, SCHEMA_VERSION, LabelRecord, ReviewItem, ReviewMetric,

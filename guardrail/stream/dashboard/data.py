@@ -272,6 +272,9 @@ class Dashboard:
     generated_at: float
     #: metric → the absolute alert threshold of its rule (None: no such rule).
     thresholds: dict[str, float | None] = field(default_factory=dict)
+    #: The judge against its reviewers, a :class:`.agreement.AgreementPanel`
+    #: (None: review is off; not imported here, that module reads this one).
+    agreement: Any = None
 
     @property
     def metrics(self) -> tuple[str, ...]:
@@ -318,7 +321,7 @@ class Dashboard:
 def build_dashboard(rows: Iterable[Any], alerts: Iterable[Any], *, window_seconds: float,
                     version_label: str, spend: Spend | None = None,
                     rules: tuple[AlertRule, ...] = (), problems: Iterable[str] = (),
-                    now: float | None = None) -> Dashboard:
+                    now: float | None = None, agreement: Any = None) -> Dashboard:
     """Check the rows and alerts and shape them for the page; bad ones become problems."""
     found = list(problems)
     cells = _cells(rows, version_label, found)
@@ -331,7 +334,7 @@ def build_dashboard(rows: Iterable[Any], alerts: Iterable[Any], *, window_second
     return Dashboard(window_seconds=window_seconds, version_label=version_label,
                      cells=tuple(cells), alerts=tuple(parsed_alerts), spend=spend,
                      problems=tuple(found), generated_at=time.time() if now is None else now,
-                     thresholds=thresholds)
+                     thresholds=thresholds, agreement=agreement)
 
 
 def utc_clock(ts: float, *, seconds: bool = False) -> str:

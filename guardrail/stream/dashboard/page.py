@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
+from .agreement import agreement_panel
 from .charts import Frame, coverage_chart, rate_chart
 from .data import Alert, Cell, Dashboard, VersionTotals, utc_clock
 from .spend import Spend
@@ -239,9 +240,12 @@ def render_page(data: Dashboard, context: PageContext) -> str:
             f"<title>guardrail dashboard</title><style>{CSS}</style></head><body>"
             f"<header><h1>guardrail <span>live safety dashboard</span></h1>"
             f"<p class=\"subtitle\">{subtitle}</p></header>"
-            f"{_problems(data)}{_tiles(data, context)}{main}{_alerts(data, context)}"
+            f"{_problems(data)}{_tiles(data, context)}{main}{agreement_panel(data.agreement)}"
+            f"{_alerts(data, context)}"
             f"{_judge_panel(data)}"
             f"{_windows_table(data) if data.cells else ''}"
             "<footer>Rendered on the worker: inline SVG, no scripts, nothing fetched. "
-            "Raw data: <a href=\"/rates\">/rates</a> · <a href=\"/metrics\">/metrics</a> · "
+            "Raw data: <a href=\"/rates\">/rates</a> · "
+            + ("<a href=\"/agreement\">/agreement</a> · " if data.agreement is not None else "")
+            + "<a href=\"/metrics\">/metrics</a> · "
             "<a href=\"/health\">/health</a></footer></body></html>")
