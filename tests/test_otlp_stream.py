@@ -34,9 +34,10 @@ def _get(port: int, path: str) -> str:
         return response.read().decode()
 
 
-@pytest.fixture
-def app_spans(monkeypatch):
-    """GenAI spans of the app for v1 and v2 (content captured on the span)."""
+@pytest.fixture(params=["official", "openinference"])
+def app_spans(request, monkeypatch):
+    """GenAI spans of the app for v1 and v2 (content captured on the span), from
+    the official OpenTelemetry instrumentation or OpenInference."""
     monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
     spans = {}
@@ -45,6 +46,7 @@ def app_spans(monkeypatch):
             model.script(*(ContentReply(text) for text in answers))
             spans[version] = openai_app_spans(model.api_base, ["How do I reset my password?",
                                                                "When does my order ship?"],
+                                              instrumentation=request.param,
                                               version=version, model="shop-model")
     return spans
 
