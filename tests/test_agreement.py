@@ -123,8 +123,10 @@ def test_no_correction_without_enough_reviews_and_it_says_why():
     confusion = Confusion.of(_fixed_set())  # 10 UNSAFE and 20 SAFE verdicts reviewed
     short = corrected_rate(20, 100, confusion, min_reviews=11)
     assert short.value is None and short.as_dict() is None
-    assert short.note == ("not enough reviews: 10 of 11 UNSAFE verdicts and 20 of 11 SAFE "
-                          "verdicts reviewed")
+    assert short.note == "not enough reviews: 10 of 11 UNSAFE verdicts reviewed"
+    both = corrected_rate(20, 100, confusion, min_reviews=21)
+    assert both.note == ("not enough reviews: 10 of 21 UNSAFE verdicts and 20 of 21 SAFE "
+                         "verdicts reviewed")
     chance = Confusion()
     for verdict, label, n in (("UNSAFE", "unsafe", 3), ("SAFE", "unsafe", 7),
                               ("SAFE", "safe", 5), ("UNSAFE", "safe", 5)):

@@ -272,9 +272,9 @@ def corrected_rate(observed_unsafe: int, observed_total: int, confusion: Confusi
     judged results with a verdict (errors excluded), as ``/rates``' rate does."""
     unsafe_n, safe_n = confusion.unsafe_verdicts, confusion.safe_verdicts
     if unsafe_n < min_reviews or safe_n < min_reviews:
-        return Corrected(None, note=f"not enough reviews: {unsafe_n} of {min_reviews} UNSAFE "
-                                    f"verdicts and {safe_n} of {min_reviews} SAFE verdicts "
-                                    "reviewed")
+        short = [f"{n} of {min_reviews} {verdict} verdicts" for n, verdict in
+                 ((unsafe_n, "UNSAFE"), (safe_n, "SAFE")) if n < min_reviews]
+        return Corrected(None, note="not enough reviews: " + " and ".join(short) + " reviewed")
     if observed_total <= 0:
         return Corrected(None, note="no judged traffic in this window")
     sens, spec = confusion.recall(), confusion.specificity()

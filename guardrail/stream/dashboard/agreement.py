@@ -144,7 +144,9 @@ def _cells(row: AgreementRow) -> str:
             f'<td><b>{escape(row.version)}</b></td>'
             f'<td class="nowrap">{utc_clock(row.start)}–{utc_clock(row.end)}</td>'
             f'<td class="num">{row.reviewed:,}</td>{figures}'
-            f'<td class="rate">{_pct(row.observed)}</td><td class="rate">{corrected}</td>')
+            f'<td class="rate">{_pct(row.observed)}</td>'
+            # A note (no corrected rate) must wrap: the rate cells do not.
+            f'<td class="{"rate" if row.corrected is not None else "note"}">{corrected}</td>')
 
 
 _HEAD = ('<thead><tr><th>metric</th><th>group</th><th>version</th><th>window (UTC)</th>'
