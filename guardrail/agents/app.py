@@ -110,7 +110,9 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
     windows.register(runtime)
     agreement.register(runtime)  # review on: /agreement, its gauges and alerts
     web.register(runtime)
-    app.task(runtime.start)  # once the worker is up; stopped in runtime.close
+    # Followers of their own topics, started before table recovery (a complete
+    # /rates sooner after a restart); stopped in runtime.close.
+    app.on_app_start(runtime.start)
     # The page shows the whole group's windows (the changelog view behind /rates).
     dashboard.register(runtime, rows=runtime.rates_view.rows, rates_scope="all workers")
     review.register(runtime)  # /review; with review_protect_pages, guards the pages above

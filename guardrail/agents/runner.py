@@ -112,8 +112,17 @@ def settle_heap(judge: JudgeSettings) -> None:
     minute (``bench/worker_exp.py``, experiment ``gc_time``). Frozen objects
     are still freed when their last reference goes; only cycles among them stay.
     """
+    load_prices(judge)
+    freeze_heap()
+
+
+def load_prices(judge: JudgeSettings) -> None:
+    """Import litellm's price map (seconds of import) by pricing one token."""
     price_tokens(judge.model, 1, 1, input_cost_per_token=judge.input_cost_per_token,
                  output_cost_per_token=judge.output_cost_per_token)
+
+
+def freeze_heap() -> None:
     gc.collect()
     gc.freeze()
 
@@ -131,7 +140,10 @@ def run_worker(runtime: WorkerRuntime, *, loglevel: str = "info") -> None:
 
     @runtime.app.task
     async def settle() -> None:  # once the worker is up, before the load
-        settle_heap(settings.judge)
+        # The import in a thread: seconds with the loop blocked would delay
+        # everything else the worker does as it comes up.
+        await asyncio.to_thread(load_prices, settings.judge)
+        freeze_heap()
 
     # A fresh loop: asyncio.run() above closed its own.
     loop = asyncio.new_event_loop()

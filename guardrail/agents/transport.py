@@ -338,7 +338,19 @@ class GuardrailFaustApp(faust.App):
         #: may start (see ``_ConsumerThread.earliest_offsets``).
         self.changelog_horizons: dict[str, float] = {}
         self._stop_hooks: list[StopHook] = []
+        self._start_hooks: list[StopHook] = []
+        self._started_early: list[asyncio.Future[None]] = []
         super().__init__(*args, **kwargs)
+
+    def on_app_start(self, hook: StopHook) -> None:
+        """Run ``hook()`` as a background task as soon as the app starts, before
+        Faust's table recovery (``app.task`` waits until recovery is done): a
+        follower of its own topics need not wait for the tables."""
+        self._start_hooks.append(hook)
+
+    async def on_start(self) -> None:
+        await super().on_start()
+        self._started_early = [asyncio.ensure_future(hook()) for hook in self._start_hooks]
 
     def before_producer_stops(self, hook: StopHook) -> None:
         """Await ``hook()`` when the worker stops, once the agents and the consumer

@@ -239,6 +239,17 @@ class ConfirmedTable(faust.Table):
         self._unconfirmed.append(fut)
         return fut
 
+    def apply_changelog_batch(self, batch: Any) -> None:
+        """Recovery: Faust fills the cells but tracks expiry for live writes only,
+        so recovered cells would never expire (nor get their tombstones).
+        Each recovered cell is tracked like a written one."""
+        events = list(batch)
+        super().apply_changelog_batch(events)
+        for event in events:
+            key = self._to_key(event.key)
+            if key in self.data:
+                self._maybe_set_key_ttl(key, event.message.partition)
+
     async def _del_old_keys(self) -> None:
         """Faust drops expired window cells from memory only; a tombstone per
         dropped cell also deletes it from the changelog (real Kafka's compaction
