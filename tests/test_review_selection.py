@@ -100,3 +100,33 @@ def test_folds_keep_the_latest_and_skip_other_versions():
     assert items.items() == [item]
     with pytest.raises(SchemaError):
         ReviewItem.decode(first.encode())
+
+
+async def test_a_redelivered_batch_chooses_the_same_review_items(make_settings, evaluators,
+                                                                 tmp_path):
+    """Redelivery (or a replay) judges the batch again: the same items, with
+    the same keys and metrics, so readers folding the topic by key see one."""
+    from guardrail.stream.envelope import Source
+    from guardrail.stream.processing import MessageJudge, RawMessage
+
+    settings = make_settings(review_users_file=str(tmp_path / "users"), review_rate_safe=0.3,
+                             review_band=0)
+    batch = [RawMessage(orjson.dumps({"case_id": f"c{i}", "output": "you idiot" if i % 4 == 0
+                                      else f"fine answer {i}"}), Source("in", 0, i))
+             for i in range(40)]
+
+    async def review_items():
+        judge = MessageJudge.from_settings(evaluators(settings), settings)
+        outgoing = await judge.process(batch)
+        return [ReviewItem.decode(o.value) for o in outgoing
+                if o.topic == settings.review.review_topic]
+
+    first, again = await review_items(), await review_items()
+    assert [(i.case_id, [(m.name, m.slice, m.rate) for m in i.metrics]) for i in first] == \
+        [(i.case_id, [(m.name, m.slice, m.rate) for m in i.metrics]) for i in again]
+    assert {"c0", "c4"} <= {i.case_id for i in first}  # every UNSAFE one (rate 1.0)
+    assert 10 < len(first) < 40  # and a slice of the SAFE ones
+    folded = ReviewItemsFold()
+    for item in first + again:
+        folded.apply(item.key(), item.encode())
+    assert len(folded.items()) == len(first)
