@@ -38,7 +38,7 @@ from guardrail.stream.envelope import utc_iso
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(180)]
 
 WINDOW, EXPIRES = 300, 3600
-EXPIRED, LIVE = 50_000, 500
+EXPIRED, LIVE = 20_000, 500
 PARTITIONS = 2
 RECOVERY_LINE = re.compile(r"table recovery starts at the first changelog records of the "
                            r"live windows: (\{.*\})")

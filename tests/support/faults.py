@@ -114,9 +114,15 @@ def _window_figures(env: StreamEnv, web_port: int, most: int) -> dict[str, Any]:
     judgments = [j for j in events if j.get("kind", "judgment") == "judgment"]
     unique = len({(j["source"]["partition"], _position(j["source"]), j["metric"])
                   for j in judgments})
-    total = _window_totals(web_port, expect=unique)
+    judged = len({(j["source"]["partition"], _position(j["source"]), j["metric"])
+                  for j in judgments if j["status"] != "not_sampled"})
+    total = _window_totals(web_port, expect=judged)
+    seen = _window_totals(web_port, expect=unique, field="seen")
+    # window_total: judgments with a verdict (every event unless sampled);
+    # window_seen: every event, judged or not sampled.
     return {"judgment_events": len(judgments), "unique_judgments": unique,
-            "window_total": total, "window_counts_match": total == unique,
+            "unique_judged": judged, "window_total": total, "window_seen": seen,
+            "window_counts_match": total == judged and seen == unique,
             "out_of_order": _out_of_order(judgments, float(env.env.get(
                 "GUARDRAIL_WINDOW_SECONDS", Settings().windows.window_seconds)))}
 
@@ -222,7 +228,10 @@ def rebalance_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *, cas
             "logs": env.logs()}
 
 
-def _window_totals(web_port: int, *, expect: int, timeout: float = 30) -> int:
+def _window_totals(web_port: int, *, expect: int, timeout: float = 30,
+                   field: str = "total") -> int:
+    """The group's windows summed over ``field`` (``total``: judged, ``seen``:
+    judged or not sampled), once it reaches ``expect`` or at ``timeout``."""
     import urllib.request
 
     deadline = time.monotonic() + timeout
@@ -230,7 +239,7 @@ def _window_totals(web_port: int, *, expect: int, timeout: float = 30) -> int:
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/rates", timeout=5) as r:
-                total = sum(row["total"] for row in json.loads(r.read())["rates"])
+                total = sum(row[field] for row in json.loads(r.read())["rates"])
         except OSError:
             pass
         if total == expect:
@@ -343,7 +352,7 @@ def stop_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *, state: s
         in_state = _until(reached, 90)
         if state == "rebalance":
             env.start_worker()
-            time.sleep(1.0)  # the join is under way
+            time.sleep(0.5)  # the join is under way
         started = time.monotonic()
         worker.send_signal(signal.SIGTERM)
         try:
@@ -354,9 +363,13 @@ def stop_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *, state: s
         judge.set_outage(False)
         judge.latency = 0.02
         restarted = env.start_worker()
-        expected = set(produced) if state != "budget" else set()
-        finished = results.wait_for(_done(expected), timeout=timeout)
-        time.sleep(3)  # duplicates would land by now
+        if state == "budget":  # not every input has a result: wait until each is seen
+            seen = _window_totals(restarted.web_port, expect=2 * cases,  # type: ignore[attr-defined]
+                                  timeout=timeout, field="seen")
+            finished = seen == 2 * cases
+        else:
+            finished = results.wait_for(_done(set(produced)), timeout=timeout)
+        time.sleep(2)  # duplicates would land by now
         records = results.snapshot()
     windows = _window_figures(env, restarted.web_port, 2 * cases)  # type: ignore[attr-defined]
     stopped_log = (workdir / "worker-0.log").read_text(errors="replace")
