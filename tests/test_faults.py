@@ -40,15 +40,15 @@ def test_crash_mid_batch_of_multi_span_records_judges_every_span_once(kafka_boot
     """OTLP records of 10 spans: a record's offset commits only after all its
     cases are published, so SIGKILLs mid-record lose no span and the windows
     count each span once (positions inside a record are distinct)."""
-    outputs = [("you idiot" if i % 10 == 0 else f"helpful answer {i}") for i in range(600)]
+    outputs = [("you idiot" if i % 10 == 0 else f"helpful answer {i}") for i in range(400)]
     spans = genai_spans(outputs, service_version="v1")
     inputs = ([(None, otlp_proto(chunk), None) for chunk in chunks(spans, 10)],
               [":".join(span_ids(s)) for s in spans])
     figures = crash_scenario(kafka_bootstrap, judge, tmp_path, cases=0, kills=2, inputs=inputs,
                              input_format="otlp")
     assert figures["finished"] and figures["lost"] == 0, _explain(figures)
-    assert figures["unexpected"] == 0 and figures["unique"] == 600
-    assert figures["window_total"] == figures["unique_judgments"] == 1200, _explain(figures)
+    assert figures["unexpected"] == 0 and figures["unique"] == 400
+    assert figures["window_total"] == figures["unique_judgments"] == 800, _explain(figures)
     assert figures["out_of_order"] == 0
 
 

@@ -20,7 +20,7 @@ def judge(thread_judge):
 
 @pytest.mark.parametrize("state", ["outage", "mid_batch", "budget", "rebalance"])
 def test_sigterm_stops_within_5s_and_loses_nothing(state, kafka_bootstrap, judge, tmp_path):
-    figures = stop_scenario(kafka_bootstrap, judge, tmp_path, state=state, cases=100)
+    figures = stop_scenario(kafka_bootstrap, judge, tmp_path, state=state, cases=80)
     shown = {k: v for k, v in figures.items() if k != "logs"}
     assert figures["in_state"], (shown, figures["logs"][-3000:])
     assert figures["exit_code"] == 0 and figures["stop_seconds"] <= 5.0, \
