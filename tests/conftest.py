@@ -81,6 +81,21 @@ def chromium():
     return path
 
 
+#: Headless Chromium without the background connections this closed network refuses.
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+               "--disable-component-update", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def browser(chromium):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=LAUNCH_ARGS)
+        yield browser
+        browser.close()
+
+
 @pytest.fixture(scope="module")
 def thread_judge():
     """The stand-in judge served from a thread, reachable by worker subprocesses."""

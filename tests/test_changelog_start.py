@@ -22,7 +22,7 @@ import zlib
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from support.harness import StreamEnv, produce
+from support.harness import StreamEnv, poll, produce
 
 from guardrail.kafka.rates_view import RatesView, read_rates, read_topic
 from guardrail.kafka.topics import ensure_topics, topic_plan
@@ -156,13 +156,7 @@ def _get(port, path):
 
 
 def _wait(predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    return predicate()
+    return poll(predicate, timeout, interval=0.25)
 
 
 def test_a_worker_recovers_its_table_from_the_live_windows(long_changelog):

@@ -38,8 +38,6 @@ WINDOW = 60
 WINDOWS = 6
 V2_FROM = 3
 PER_WINDOW = 24
-LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--no-first-run"]
 RULE = {"metric": "toxicity", "max_unsafe_rate": None, "min_judgments": 20,
         "baseline_version": "v1", "baseline_windows": 3, "significance": 0.01}
 
@@ -125,16 +123,6 @@ def live(kafka_bootstrap, thread_judge, tmp_path_factory):
     finally:
         env.stop_workers()
         thread_judge.responder = None
-
-
-@pytest.fixture(scope="module")
-def browser(chromium):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=LAUNCH_ARGS)
-        yield browser
-        browser.close()
 
 
 def _rate(text: str) -> float:

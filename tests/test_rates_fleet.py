@@ -3,13 +3,12 @@ workers, each owning one partition of the window table, on the embedded broker."
 
 import asyncio
 import json
-import time
 import urllib.error
 import urllib.request
 from collections import Counter
 
 import pytest
-from support.harness import StreamEnv, consume, produce
+from support.harness import StreamEnv, consume, poll, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]
 
@@ -59,13 +58,7 @@ def _totals(rows):
 
 
 def _wait(predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    return predicate()
+    return poll(predicate, timeout, interval=0.5)
 
 
 @pytest.fixture

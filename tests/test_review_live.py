@@ -35,8 +35,6 @@ from guardrail.demo.runner import load_samples
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
-LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--no-first-run"]
 PASSWORDS = {"ana": "ana-pass-1", "bob": "bob-pass-2", "cid": "cid-pass-3"}
 EVIL_IMG = '"><img src=x onerror="alert(\'xss-img\')">'
 HOSTILE = ("<script>alert('xss-script')</script> you idiot " + EVIL_IMG
@@ -90,16 +88,6 @@ def live(kafka_bootstrap, thread_judge, tmp_path_factory):
         yield SimpleNamespace(env=env, url=f"http://127.0.0.1:{worker.web_port}", items=items)
     finally:
         env.stop_workers()
-
-
-@pytest.fixture(scope="module")
-def browser(chromium):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=LAUNCH_ARGS)
-        yield browser
-        browser.close()
 
 
 def _sign_in(browser, url: str, name: str):

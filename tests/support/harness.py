@@ -25,6 +25,18 @@ from guardrail._processes import free_port
 BIN = Path(sys.executable).parent
 
 
+def poll(predicate: Any, timeout: float, interval: float = 0.25) -> Any:
+    """``predicate()``'s first truthy value within ``timeout`` seconds, else its
+    last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    return predicate()
+
+
 class StreamEnv:
     """Unique topics + env for one test, and a handle on worker processes."""
 
