@@ -2,7 +2,7 @@
 judge's agreement with a reviewer and the corrected unsafe rates, end to end.
 
     python bench/review_demo.py [--judge rules|local] [--out bench/results/review_demo.json]
-                                [--screenshot docs/agreement.png]
+                                [--screenshot docs/img/agreement.png]
 
 Starts the embedded broker, a judge (``rules``: the stand-in rule judge,
 ``python -m guardrail.local.rule_judge``, seconds; ``local``: ``guardrail judge

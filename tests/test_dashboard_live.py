@@ -10,8 +10,8 @@ sample answers), so the regression rule against ``v1`` fires. Chromium
 
 Skipped, saying why, without Playwright or without Chromium
 (``apt-get install chromium``; or ``GUARDRAIL_CHROMIUM=/path/to/chrome``).
-``GUARDRAIL_DASHBOARD_SCREENSHOT=docs/dashboard.png`` also saves a
-screenshot of the page (how docs/dashboard.png is made).
+``GUARDRAIL_DASHBOARD_SCREENSHOT=docs/img/dashboard.png`` also saves a
+screenshot of the page (how docs/img/dashboard.png is made).
 """
 
 from __future__ import annotations

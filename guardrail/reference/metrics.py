@@ -1,0 +1,5 @@
+"""Placeholder: being written."""
+
+
+def metrics_page() -> str:
+    return "# metrics\n\nBeing written.\n"
