@@ -177,7 +177,7 @@ class OrderedAcker:
         left, self._unacked = [e for events in self._unacked for e in events], []
         if left:
             log.info("stopping with %d messages unfinished; they are not acked and will be "
-                     "redelivered (and judged from the cache)", len(left))
+                     "redelivered (judged again, from the cache when cache_path is set)", len(left))
         return left
 
 

@@ -2,7 +2,8 @@
 
 ``xllamacpp.Server`` runs llama.cpp's own HTTP server in background threads
 (``/v1/chat/completions``, ``response_format`` json_schema enforced by a
-grammar), so the judging core reaches it through litellm like any provider::
+grammar), so the judging core reaches it like any OpenAI-compatible server (plain
+HTTP with ``judge_transport: auto``)::
 
     guardrail judge serve                        # default model, free port
     guardrail judge serve --model-path my.gguf --port 8090

@@ -1,0 +1,48 @@
+"""The docs cannot rot: every command block of the README and the docs either
+runs here, in order, and succeeds, or says why it cannot (see support.doc_blocks)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from support.doc_blocks import ROOT, PageRun, command_blocks, doc_pages, run_page
+
+BLOCKS = {str(page.relative_to(ROOT)): command_blocks(page) for page in doc_pages()}
+RUNNABLE = {page: blocks for page, blocks in BLOCKS.items()
+            if any(b.skip_reason is None for b in blocks)}
+#: Pages run side by side: most of a page's time is spent waiting (a worker
+#: joining its group, a tail waiting for results), so three at once on 2 cores
+#: take about half the time of one after another.
+PAGES_AT_ONCE = 3
+
+
+def test_every_skipped_block_says_why():
+    for blocks in BLOCKS.values():
+        for block in blocks:
+            assert block.skip_reason is None or len(block.skip_reason) >= 8, \
+                f"{block.page}:{block.line}: say why the block cannot run here"
+
+
+def test_getting_started_and_the_readme_have_blocks_that_run():
+    assert {"README.md", "docs/getting-started.md"} <= set(RUNNABLE)
+
+
+@pytest.fixture(scope="module")
+def page_runs(tmp_path_factory) -> dict[str, PageRun]:
+    def run(page: str) -> PageRun:
+        workdir = tmp_path_factory.mktemp("page") / "work"
+        workdir.mkdir()
+        return run_page(RUNNABLE[page], workdir)
+
+    with ThreadPoolExecutor(PAGES_AT_ONCE) as pool:
+        return dict(zip(RUNNABLE, pool.map(run, RUNNABLE)))
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("page", sorted(RUNNABLE))
+def test_the_command_blocks_of_a_page_run(page, page_runs):
+    run = page_runs[page]
+    print(f"{page}: {run.seconds:.1f} s")
+    assert run.returncode == 0, f"{page} failed (exit {run.returncode}):\n{run.output[-4000:]}"

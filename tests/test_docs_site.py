@@ -1,0 +1,83 @@
+"""The documentation site builds offline with no warning, and its generated
+reference lists every command, option, setting and metric this code has."""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from guardrail.cli import cli
+from guardrail.settings import ENV_PREFIX, FLAT_NAMES
+from guardrail.stream.telemetry import Telemetry
+
+ROOT = Path(__file__).resolve().parent.parent
+pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install -e '.[docs]')")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "DISABLE_MKDOCS_2_WARNING": "true", "NO_MKDOCS_2_WARNING": "1"}
+    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, f"mkdocs build --strict failed:\n{build.stderr[-4000:]}"
+    return out
+
+
+def _text(page: Path) -> str:
+    """The page's visible text, with tags and scripts removed."""
+    raw = re.sub(r"<(script|style)\b.*?</\1>", " ", page.read_text(encoding="utf-8"), flags=re.S)
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", raw)))
+
+
+def _commands(group: click.Group, path: str = "guardrail"):
+    for name, command in group.commands.items():
+        yield f"{path} {name}", command
+        if isinstance(command, click.Group):
+            yield from _commands(command, f"{path} {name}")
+
+
+def test_the_cli_reference_lists_every_command_and_option(site):
+    text = _text(site / "reference" / "cli.html")
+    for path, command in _commands(cli):
+        assert path in text, f"{path} is missing from the CLI reference"
+        for param in command.params:
+            for flag in getattr(param, "opts", []):
+                if flag.startswith("-"):
+                    assert flag in text, f"{path} {flag} is missing from the CLI reference"
+
+
+def test_the_settings_reference_lists_every_setting_with_its_environment_variable(site):
+    text = _text(site / "reference" / "settings.html")
+    for name in FLAT_NAMES:
+        assert re.search(rf"\b{name}\b", text), f"setting {name} is missing"
+        assert ENV_PREFIX + name.upper() in text, f"{ENV_PREFIX}{name.upper()} is missing"
+
+
+def test_the_metrics_reference_lists_every_series_of_a_worker(site):
+    text = _text(site / "reference" / "metrics.html")
+    for family in Telemetry().registry.collect():
+        assert family.name in text, f"metric {family.name} is missing"
+
+
+def test_the_site_loads_nothing_from_the_network(site):
+    for page in site.rglob("*.html"):
+        source = page.read_text(encoding="utf-8")
+        remote = re.findall(r"""<(?:script|link|img)\b[^>]*(?:src|href)=["'](https?://[^"']+)""",
+                            source)
+        assert not remote, f"{page.relative_to(site)} loads {remote[:3]}"
+
+
+def test_every_page_of_the_docs_folder_is_in_the_navigation(site):
+    built = {p.relative_to(site).with_suffix(".md").as_posix() for p in site.rglob("*.html")}
+    sources = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
+    assert sources <= built
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8").split("\nnav:", 1)[1]
+    assert sources <= set(re.findall(r"[\w/-]+\.md", nav)), "a page is not in the nav"
