@@ -38,8 +38,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, SecretStr, field_validator
+from pydantic import BaseModel, SecretStr, field_validator
 
+from ._settings_groups import GROUP_CONFIG
 from ._tasks import gather_or_cancel
 from .errors import ConfigError, JudgeConfigError
 from .models import Case, MetricResult, MetricRubric
@@ -51,14 +52,23 @@ log = logging.getLogger(__name__)
 
 class EscalationSettings(BaseModel):
     """The cascade's second judge (flat names ``escalate_<field>``); off while
-    ``model`` is None. ``band``: ``GUARDRAIL_ESCALATE_BAND=0.2,0.8``."""
+    ``model`` is unset. Its other settings (timeout, retries, concurrency,
+    transport, structured output, log-probabilities) are the ``judge_*`` ones."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = GROUP_CONFIG
 
     model: str | None = None
+    """The escalation judge, a litellm model string that differs from ``judge_model``:
+    a metric whose first P(UNSAFE) lies in ``escalate_band`` is judged again by it,
+    and its verdict stands. Unset: no cascade."""
     api_base: str | None = None
+    """Base URL of the escalation judge's API. Unset: the provider's own endpoint."""
     api_key: SecretStr | None = None
+    """API key of the escalation judge. Secret: never printed."""
     band: tuple[float, float] = (0.2, 0.8)
+    """The P(UNSAFE) interval, ends included, in which a first judgment is escalated:
+    low and high with 0 ≤ low ≤ high ≤ 1. A judgment without P(UNSAFE) is never
+    escalated. In the environment as two numbers, ``0.2,0.8``."""
 
     @field_validator("band", mode="before")
     @classmethod

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from .._settings_groups import GROUP_CONFIG
 
 __all__ = ["InputSettings", "INPUT_FORMATS"]
 
@@ -18,25 +20,30 @@ class InputSettings(BaseModel):
     """How an input record becomes cases (:mod:`guardrail.formats`), and where
     verdicts go besides Kafka."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = GROUP_CONFIG
 
-    #: ``case`` (guardrail's own case JSON), ``otlp`` (the OpenTelemetry
-    #: Collector kafka exporter's spans, protobuf or JSON), ``openai``
-    #: (chat-completions request/response logs), ``mapping`` (any JSON event,
-    #: through ``input_mapping``). Setting ``input_mapping`` implies ``mapping``.
     input_format: Literal["case", "otlp", "openai", "mapping"] = "case"
-    #: Case field (``output``, ``input``, ``messages``, ``metadata.<label>`` …)
-    #: → JMESPath expression over the event.
+    """How an input record becomes cases: ``case`` (guardrail's own case JSON),
+    ``otlp`` (the OpenTelemetry Collector kafka exporter's spans, protobuf or
+    JSON), ``openai`` (chat-completions request/response logs) or ``mapping`` (any
+    JSON event, through ``input_mapping``). Left at ``case``, it becomes ``mapping``
+    when ``input_mapping`` is set."""
     input_mapping: dict[str, str] | None = None
-    #: ``otlp``: alerting label → span/resource attribute names, first present
-    #: wins; extends and overrides the built-in ones (``model``, ``model_version``…).
+    """For ``mapping``: case field (``output``, ``input``, ``messages``,
+    ``metadata.<label>`` …) → JMESPath expression over the event. Unset: no
+    mapping (the ``mapping`` format needs one)."""
     otlp_labels: dict[str, list[str]] = Field(default_factory=dict)
-    #: Longest rendering of a conversation's earlier turns (the ``conversation``
-    #: field); the latest turns are kept, with a marker of how many were cut.
+    """For ``otlp``: alerting label → span or resource attribute names, the first one
+    present wins; extends and overrides the built-in ones (``model``,
+    ``model_version`` …)."""
     conversation_max_chars: int = Field(default=8000, ge=200)
-    #: OTLP/HTTP endpoint (``http://collector:4318``): every judged metric is
-    #: also exported as a ``gen_ai.evaluation.result`` log record on its span.
+    """Longest rendering, in characters, of a conversation's earlier turns (the
+    ``conversation`` field); the latest turns are kept, with a note of how many
+    were cut."""
     otlp_endpoint: str | None = None
+    """OTLP/HTTP endpoint (``http://collector:4318``) to which the worker also exports
+    every judged metric, as a ``gen_ai.evaluation.result`` log record on its span.
+    Unset: no export."""
 
     @model_validator(mode="after")
     def _mapping_implies_format(self) -> InputSettings:
