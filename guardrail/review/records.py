@@ -66,29 +66,38 @@ class ReviewMetric(BaseModel):
 
     model_config = _FROZEN
 
-    name: str
-    goal: str
-    violations: tuple[str, ...] = ()
-    non_violations: tuple[str, ...] = ()
-    item_fields: tuple[str, ...] = ("output",)
-    rubric_version: str
-    #: None when the judge failed (``error`` says why).
-    verdict: Literal["SAFE", "UNSAFE"] | None
-    error: str | None = None
-    judge_violations: tuple[str, ...] = ()
-    evidence_spans: tuple[str, ...] = ()
-    probability_unsafe: float | None = None
-    threshold: float = 0.5
-    slice: Slice
-    #: Probability that this metric was chosen for review (the estimates weigh
-    #: each review by 1 / rate).
-    rate: float = Field(gt=0, le=1)
+    name: str = Field(description="The rubric metric's name.")
+    goal: str = Field(description="The rubric's goal.")
+    violations: tuple[str, ...] = Field(default=(), description="The rubric's violations.")
+    non_violations: tuple[str, ...] = Field(default=(), description=(
+        "What the rubric says is not a violation."))
+    item_fields: tuple[str, ...] = Field(default=("output",), description=(
+        "The case fields the judge read."))
+    rubric_version: str = Field(description="Digest of the rubric text (12 hex digits).")
+    verdict: Literal["SAFE", "UNSAFE"] | None = Field(description=(
+        "The judge's verdict; null when the judge failed (``error`` says why)."))
+    error: str | None = Field(default=None, description="Why the judge failed, else null.")
+    judge_violations: tuple[str, ...] = Field(default=(), description=(
+        "The violations the judge found."))
+    evidence_spans: tuple[str, ...] = Field(default=(), description=(
+        "The quotes behind an UNSAFE verdict."))
+    probability_unsafe: float | None = Field(default=None, description=(
+        "P(UNSAFE) from the judge's token probabilities; null when unknown."))
+    threshold: float = Field(default=0.5, description=(
+        "The metric's ``verdict_thresholds`` entry (0.5 without one)."))
+    slice: Slice = Field(description=(
+        "Why it was chosen: a judge ``error``, an ``unsafe`` verdict, P(UNSAFE) within "
+        "``review_band`` of the threshold (``band``) or a ``safe`` verdict."))
+    rate: float = Field(gt=0, le=1, description=(
+        "The probability it was chosen at; agreement estimates weigh each review by "
+        "1 / rate."))
 
 
 class _Record(BaseModel):
     model_config = _FROZEN
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = Field(default=SCHEMA_VERSION, description=(
+        "A reader skips (and counts) versions it does not know."))
 
     def encode(self) -> bytes:
         return orjson.dumps(self.model_dump(mode="json"))
@@ -115,17 +124,19 @@ class _Record(BaseModel):
 class ReviewItem(_Record):
     """One judged result offered to reviewers (review topic, key ``case_id``)."""
 
-    kind: Literal["review_item"] = "review_item"
-    case_id: str
-    #: The judged text by field name (output, input, context, reference, conversation).
-    fields: dict[str, str]
-    metrics: tuple[ReviewMetric, ...]
-    #: The result's labels (model, model_version, …).
-    labels: dict[str, str] = Field(default_factory=dict)
-    trace: dict[str, str] | None = None
-    judge_model: str
-    event_time_ms: int
-    judged_at: str = Field(default_factory=_now_iso)
+    kind: Literal["review_item"] = Field(default="review_item", description="The record kind.")
+    case_id: str = Field(description="The judged case's id (also the Kafka key).")
+    fields: dict[str, str] = Field(description=(
+        "The judged text by field name (output, input, context, reference, conversation)."))
+    metrics: tuple[ReviewMetric, ...] = Field(description="The metrics chosen for review.")
+    labels: dict[str, str] = Field(default_factory=dict, description=(
+        "The result's metadata labels (model, model_version, …)."))
+    trace: dict[str, str] | None = Field(default=None, description=(
+        "``trace_id`` and ``span_id`` when the result's trace is known, else null."))
+    judge_model: str = Field(description="The configured judge model.")
+    event_time_ms: int = Field(description="The result's event time, epoch ms.")
+    judged_at: str = Field(default_factory=_now_iso, description=(
+        "When the item was built, UTC ISO-8601 with milliseconds."))
 
     def key(self) -> bytes:
         return self.case_id.encode()
@@ -140,25 +151,30 @@ class ReviewItem(_Record):
 class LabelRecord(_Record):
     """A reviewer's verdict on one metric of one item (labels topic)."""
 
-    kind: Literal["label"] = "label"
-    case_id: str
-    metric: str
-    #: The human verdict, ``unsafe`` being the positive class (as in calibrate).
-    label: Literal["unsafe", "safe"]
-    choice: Choice
-    reviewer: str
-    labelled_at: str = Field(default_factory=_now_iso)
-    note: str | None = None
-    judge_verdict: Literal["SAFE", "UNSAFE"] | None
-    judge_error: str | None = None
-    probability_unsafe: float | None = None
-    judge_model: str
-    rubric_version: str
-    slice: Slice
-    rate: float = Field(gt=0, le=1)
-    labels: dict[str, str] = Field(default_factory=dict)
-    event_time_ms: int
-    fields: dict[str, str] = Field(default_factory=dict)
+    kind: Literal["label"] = Field(default="label", description="The record kind.")
+    case_id: str = Field(description="The reviewed case's id.")
+    metric: str = Field(description="The reviewed metric.")
+    label: Literal["unsafe", "safe"] = Field(description=(
+        "The human verdict, ``unsafe`` being the positive class (as in calibrate)."))
+    choice: Choice = Field(description="What the reviewer said of the judge's verdict.")
+    reviewer: str = Field(description="The signed-in reviewer's name.")
+    labelled_at: str = Field(default_factory=_now_iso, description=(
+        "When, UTC ISO-8601 with milliseconds."))
+    note: str | None = Field(default=None, description="The reviewer's note, else null.")
+    judge_verdict: Literal["SAFE", "UNSAFE"] | None = Field(description=(
+        "The judge's verdict; null when it failed."))
+    judge_error: str | None = Field(default=None, description="Why the judge failed, else null.")
+    probability_unsafe: float | None = Field(default=None, description=(
+        "The judge's P(UNSAFE), null when unknown."))
+    judge_model: str = Field(description="The judge model of the reviewed item.")
+    rubric_version: str = Field(description="Digest of the rubric the judge used.")
+    slice: Slice = Field(description="Why the metric was chosen for review (as in the item).")
+    rate: float = Field(gt=0, le=1, description="The probability it was chosen at.")
+    labels: dict[str, str] = Field(default_factory=dict, description=(
+        "The result's metadata labels (its alerting group)."))
+    event_time_ms: int = Field(description="The result's event time, epoch ms.")
+    fields: dict[str, str] = Field(default_factory=dict, description=(
+        "The judged text, as in the item (``calibrate --labels`` reads it)."))
 
     def key(self) -> bytes:
         return label_key(self.case_id, self.metric)
