@@ -46,3 +46,43 @@ def test_the_command_blocks_of_a_page_run(page, page_runs):
     run = page_runs[page]
     print(f"{page}: {run.seconds:.1f} s")
     assert run.returncode == 0, f"{page} failed (exit {run.returncode}):\n{run.output[-4000:]}"
+
+
+def _python_blocks(path) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    return [block.split("\n", 1)[1] for block in text.split("```")[1::2]
+            if block.startswith("python\n")]
+
+
+@pytest.mark.kafka
+def test_the_python_api_example_judges_a_case(tmp_path):
+    """The embedding example of the Python API page, run as written against the
+    stand-in judge: it prints the contract's JSON for its case."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from support.doc_blocks import _stop_group, _wait_for_port, free_port
+
+    (example,) = _python_blocks(ROOT / "docs" / "reference" / "api.md")
+    port = free_port()
+    judge = subprocess.Popen([sys.executable, "-m", "guardrail.local.rule_judge", "--port",
+                              str(port)], start_new_session=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GUARDRAIL_")}
+    env.update(GUARDRAIL_JUDGE_API_BASE=f"http://127.0.0.1:{port}/v1",
+               LITELLM_LOCAL_MODEL_COST_MAP="True")
+    try:
+        _wait_for_port(port)
+        example = example.replace('judge_model="openai/gpt-4o-mini"',
+                                  'judge_model="openai/test-judge"')
+        run = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        _stop_group(judge)
+        judge.wait()
+    assert run.returncode == 0, run.stderr[-3000:]
+    record = json.loads(run.stdout)
+    assert set(record) == {"metrics", "cost"}  # the contract's shape, as the page says
+    assert {m["name"]: m["result"][0]["verdict"] for m in record["metrics"]} == {
+        "bias": "SAFE", "toxicity": "SAFE"}
