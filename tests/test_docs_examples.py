@@ -13,9 +13,9 @@ BLOCKS = {str(page.relative_to(ROOT)): command_blocks(page) for page in doc_page
 RUNNABLE = {page: blocks for page, blocks in BLOCKS.items()
             if any(b.skip_reason is None for b in blocks)}
 #: Pages run side by side: most of a page's time is spent waiting (a worker
-#: joining its group, a tail waiting for results), so three at once on 2 cores
-#: take about half the time of one after another.
-PAGES_AT_ONCE = 3
+#: joining its group, a tail waiting for results). Two, since the suite's other
+#: test process runs beside them on 2 cores.
+PAGES_AT_ONCE = 2
 
 
 def test_every_skipped_block_says_why():
