@@ -88,7 +88,7 @@ def test_the_built_site_opens_from_disk_in_a_browser(site, browser):
     settings reference shows its tables; ``GUARDRAIL_SITE_SCREENSHOTS=docs/img``
     also saves both (how docs/img/site-home.png and site-settings.png are made)."""
     shots = os.environ.get("GUARDRAIL_SITE_SCREENSHOTS")
-    page = browser.new_page(viewport={"width": 1280, "height": 860})
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto((site / "index.html").as_uri())
@@ -103,7 +103,8 @@ def test_the_built_site_opens_from_disk_in_a_browser(site, browser):
     page.goto((site / "reference" / "settings.html").as_uri())
     assert page.locator("article table").count() >= 9  # one per settings group
     assert page.get_by_text("GUARDRAIL_JUDGE_MODEL").count() >= 1
-    if shots:
+    if shots:  # at the judge group's table
+        page.goto((site / "reference" / "settings.html").as_uri() + "#judge")
         page.screenshot(path=str(Path(shots) / "site-settings.png"))
     # Search is the one part that needs the site served (a web worker cannot
     # load from file://; `python -m http.server -d site`): anything else failing is a bug.

@@ -45,7 +45,8 @@ _CODE = re.compile(r"(`+).+?\1")
 
 def settings_page() -> str:
     """The Markdown of the settings reference page."""
-    parts = ["# Settings", _how_read(), _example()]
+    # The page's own contents column goes (Material front matter): the tables need the width.
+    parts = ["---\nhide:\n  - toc\n---\n\n# Settings", _how_read(), _example()]
     parts += [_group_section(group) for group in _GROUPS]
     parts.append(_blocks_section())
     return "\n\n".join(parts) + "\n"
