@@ -245,3 +245,18 @@ async def test_a_broker_that_never_answers_is_given_bootstrap_timeout():
         with pytest.raises(ConfigError, match=r"\(no answer within 0\.5s\)"):
             await check_reachable(_settings(bootstrap_servers=address,
                                             bootstrap_timeout=0.5).kafka)
+
+
+def test_a_missing_certificate_file_is_one_clear_error_naming_the_setting(tmp_path):
+    from guardrail.errors import ConfigError
+    from guardrail.kafka.clients import client_options
+
+    missing = tmp_path / "ca.pem"
+    settings = load_settings(environ={}, security_protocol="SSL", ssl_cafile=str(missing))
+    with pytest.raises(ConfigError, match=r"ssl_cafile .*ca\.pem: No such file"):
+        client_options(settings.kafka)
+    not_a_cert = tmp_path / "client.pem"
+    not_a_cert.write_text("not a certificate")
+    settings = load_settings(environ={}, security_protocol="SSL", ssl_certfile=str(not_a_cert))
+    with pytest.raises(ConfigError, match="ssl_certfile"):
+        client_options(settings.kafka)

@@ -40,13 +40,22 @@ def resolve_bootstrap(kafka: KafkaSettings) -> str:
 
 
 def ssl_context(kafka: KafkaSettings) -> ssl.SSLContext | None:
+    """The TLS context for SSL / SASL_SSL; a missing or unreadable file is a
+    :class:`ConfigError` naming the setting (one line, exit 2), not a traceback."""
     if kafka.security_protocol not in ("SSL", "SASL_SSL"):
         return None
-    context = ssl.create_default_context(
-        cafile=str(kafka.ssl_cafile) if kafka.ssl_cafile else None)
+    try:
+        context = ssl.create_default_context(
+            cafile=str(kafka.ssl_cafile) if kafka.ssl_cafile else None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"ssl_cafile {kafka.ssl_cafile}: {exc.strerror or exc}") from None
     if kafka.ssl_certfile:
-        context.load_cert_chain(str(kafka.ssl_certfile),
-                                str(kafka.ssl_keyfile) if kafka.ssl_keyfile else None)
+        try:
+            context.load_cert_chain(str(kafka.ssl_certfile),
+                                    str(kafka.ssl_keyfile) if kafka.ssl_keyfile else None)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"ssl_certfile {kafka.ssl_certfile} / ssl_keyfile "
+                              f"{kafka.ssl_keyfile}: {exc.strerror or exc}") from None
     return context
 
 
