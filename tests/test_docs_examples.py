@@ -30,14 +30,18 @@ def test_getting_started_and_the_readme_have_blocks_that_run():
 
 
 @pytest.fixture(scope="module")
-def page_runs(tmp_path_factory) -> dict[str, PageRun]:
+def page_runs(request, tmp_path_factory) -> dict[str, PageRun]:
+    """Every selected page's run (``-k getting`` runs that page alone)."""
+    selected = [item.callspec.params["page"] for item in request.session.items
+                if hasattr(item, "callspec") and "page" in item.callspec.params]
+
     def run(page: str) -> PageRun:
         workdir = tmp_path_factory.mktemp("page") / "work"
         workdir.mkdir()
         return run_page(RUNNABLE[page], workdir)
 
     with ThreadPoolExecutor(PAGES_AT_ONCE) as pool:
-        return dict(zip(RUNNABLE, pool.map(run, RUNNABLE)))
+        return dict(zip(selected, pool.map(run, selected)))
 
 
 @pytest.mark.kafka
