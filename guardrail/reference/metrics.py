@@ -23,7 +23,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from ..settings import WorkerSettings
 from ..stream.telemetry import Telemetry
-from .records import md_table
+from ._markdown import md_table
 
 __all__ = ["MetricFamily", "metric_families", "alert_rules", "metrics_page", "SUFFIXES",
            "RULES"]

@@ -31,9 +31,10 @@ from ..review.settings import ReviewSettings
 from ..settings import KafkaSettings, Settings
 from ..stream.alert_schemas import AgreementAlert, BudgetAlert, RegressionAlert
 from ..stream.schemas import DlqRecord, JudgmentRecord, ResultRecord, WireRecord
+from ._markdown import md_table, models_in
 from .record_examples import EXAMPLES
 
-__all__ = ["RecordDoc", "RECORDS", "records_page", "md_table", "md_cell", "model_tables"]
+__all__ = ["RecordDoc", "RECORDS", "records_page", "model_tables"]
 
 
 @dataclass(frozen=True)
@@ -116,20 +117,6 @@ RECORDS: tuple[RecordDoc, ...] = (
 # -- Markdown ----------------------------------------------------------------------------
 
 
-def md_cell(text: str) -> str:
-    """Text for one table cell: on one line, its pipes escaped outside code
-    spans (Python-Markdown's tables leave a pipe inside backticks alone and
-    would show the backslash)."""
-    parts = re.split(r"(`[^`]*`)", " ".join(text.split()))
-    return "".join(p if p.startswith("`") else p.replace("|", "\\|") for p in parts)
-
-
-def md_table(headers: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
-    lines += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def _markdown(rst: str) -> str:
     """A docstring's reStructuredText roles and literals as Markdown."""
     text = re.sub(r":\w+:`~?([^`]+)`", lambda m: f"`{m[1].rsplit('.', 1)[-1]}`", rst)
@@ -142,12 +129,6 @@ def _summary(model: type[BaseModel]) -> str:
 
 _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean",
             type(None): "null", Any: "any"}
-
-
-def _models_in(tp: Any) -> list[type[BaseModel]]:
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return [tp]
-    return [m for arg in get_args(tp) for m in _models_in(arg)]
 
 
 def _inner(tp: Any) -> str:
@@ -203,7 +184,7 @@ def model_tables(model: type[BaseModel], seen: set[type[BaseModel]],
     parts = [f"{'#' * level} {model.__name__} {{#{model.__name__.lower()}}}", _summary(model),
              md_table(["Field", "Type", "Always there", "Description"], rows)]
     for field in _wire_fields(model).values():
-        for inner in _models_in(field.annotation):
+        for inner in models_in(field.annotation):
             if inner not in seen:
                 parts += model_tables(inner, seen, level)
     return parts

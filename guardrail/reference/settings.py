@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, SecretStr, TypeAdapter
 from pydantic.fields import FieldInfo
 
+from ._markdown import md_table, models_in
 from ..settings import (_GROUPS, _JSON_FIELDS, _LIST_FIELDS, _SECRETS, ENV_PREFIX, FLAT_NAMES,
                         env_text)
 
@@ -40,7 +41,6 @@ EXAMPLE: dict[str, Any] = {
 }
 
 _ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
-_CODE = re.compile(r"(`+).+?\1")
 
 
 def settings_page() -> str:
@@ -59,15 +59,9 @@ def nested_models() -> list[type[BaseModel]]:
     found: list[type[BaseModel]] = []
     for model, _ in _GROUPS.values():
         for field in model.model_fields.values():
-            found += [m for m in _models_in(field.annotation)
+            found += [m for m in models_in(field.annotation)
                       if m.__module__ in homes and m not in found]
     return found
-
-
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [m for arg in get_args(annotation) for m in _models_in(arg)]
 
 
 def _how_read() -> str:
@@ -144,7 +138,7 @@ def _blocks_section() -> str:
               "environment) with the fields below.")]
     for model in nested_models():
         holders = [name for group in _GROUPS for name, info in _fields(group).items()
-                   if model in _models_in(info.annotation)]
+                   if model in models_in(info.annotation)]
         rows = [(f"`{field}`", _type(info.annotation), _default(info), info.description)
                 for field, info in model.model_fields.items()]
         parts += [f"### {model.__name__} {{#{model.__name__.lower()}}}",
@@ -161,8 +155,7 @@ def _fields(group: str) -> dict[str, FieldInfo]:
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str | None, ...]]) -> str:
-    lines = [_row(*header), "|" + "---|" * len(header)]
-    return "\n".join(lines + [_row(*row) for row in rows])
+    return md_table(header, [[_markdown(cell) for cell in row] for row in rows])
 
 
 def _env_cell(name: str) -> str:
@@ -206,18 +199,3 @@ def _default(info: FieldInfo, *, secret: bool = False) -> str:
 def _markdown(text: str | None) -> str:
     """A docstring as Markdown: Sphinx roles become code."""
     return _ROLE.sub(r"`\1`", inspect.cleandoc(text or "")).replace("``", "`")
-
-
-def _row(*cells: str | None) -> str:
-    return "| " + " | ".join(_cell(cell or "") for cell in cells) + " |"
-
-
-def _cell(text: str) -> str:
-    """One table cell: one line, ``|`` escaped outside code (Python-Markdown keeps
-    a code span's pipes, and would show the backslash of an escaped one)."""
-    text = " ".join(_markdown(text).split())
-    pieces, last = [], 0
-    for code in _CODE.finditer(text):
-        pieces += [text[last:code.start()].replace("|", r"\|"), code.group()]
-        last = code.end()
-    return "".join(pieces) + text[last:].replace("|", r"\|")
