@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import socket
 import time
 
 import pytest
@@ -15,6 +14,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (ExportLogsSe
                                                                     ExportLogsServiceResponse)
 from opentelemetry.sdk.trace import TracerProvider
 
+from guardrail._processes import free_port
 from guardrail.models import CostEstimate, JudgeVerdict, MetricResult, RedteamMetrics
 from guardrail.stream.otel_export import EVENT_NAME, EvaluationExporter, logs_url
 from guardrail.stream.telemetry import Telemetry
@@ -83,12 +83,6 @@ def _attrs(record) -> dict:
     return {kv.key: getattr(kv.value, kv.value.WhichOneof("value")) for kv in record.attributes}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _count(telemetry: Telemetry, name: str, **labels: str) -> float:
     return telemetry.registry.get_sample_value(name, labels) or 0.0
 
@@ -155,7 +149,7 @@ async def test_a_bad_trace_is_exported_without_one(receiver):
 
 async def test_a_down_endpoint_costs_the_caller_nothing_and_is_counted():
     telemetry = Telemetry()
-    exporter = EvaluationExporter(endpoint=f"http://127.0.0.1:{_free_port()}",
+    exporter = EvaluationExporter(endpoint=f"http://127.0.0.1:{free_port()}",
                                   telemetry=telemetry, timeout_s=1.0)
     started = time.monotonic()
     for i in range(50):
@@ -197,7 +191,7 @@ async def test_a_hanging_endpoint_does_not_hold_the_shutdown(receiver):
 
 async def test_a_full_queue_drops_and_counts_instead_of_waiting():
     telemetry = Telemetry()
-    exporter = EvaluationExporter(endpoint=f"http://127.0.0.1:{_free_port()}",
+    exporter = EvaluationExporter(endpoint=f"http://127.0.0.1:{free_port()}",
                                   telemetry=telemetry, timeout_s=1.0, max_queue_size=3,
                                   schedule_delay_ms=60_000)
     exporter.export(_judged(), TRACE, case_id="c1", event_time_ms=None)  # 2 of 3 slots

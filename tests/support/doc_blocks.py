@@ -18,12 +18,13 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from guardrail._processes import free_port, guardrail_argv, port_open
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_PORTS = (9092, 8089, 6066, 6067)
@@ -64,20 +65,12 @@ def doc_pages() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _wait_for_port(port: int, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
+    while not port_open(port):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nothing listens on port {port}")
         time.sleep(0.1)
-    raise TimeoutError(f"nothing listens on port {port}")
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
@@ -121,8 +114,7 @@ def run_page(blocks: list[Block], workdir: Path, *, timeout: float = 180.0) -> P
                NO_MKDOCS_2_WARNING="1")
     services = []
     if "guardrail broker" not in code:
-        services.append(([sys.executable, "-m", "guardrail.cli", "broker", "--port",
-                          str(ports[9092])], ports[9092]))
+        services.append((guardrail_argv("broker", "--port", str(ports[9092])), ports[9092]))
     if "guardrail.local.rule_judge" not in code:
         services.append(([sys.executable, "-m", "guardrail.local.rule_judge", "--port",
                           str(ports[8089])], ports[8089]))
