@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import profile as prof
-from common import (kill_workers, RESULTS, JudgeProc, Stopwatch, cases, collect, meta, new_env,
-                    print_table, produce_values, row, running_broker, start_process,
+from common import (BROKERS, kill_workers, RESULTS, JudgeProc, Stopwatch, broker_label, cases,
+                    collect, meta, new_env, print_table, produce_values, row, running_broker, start_process,
                     steady_rate, write_json)
 
 KINDS = ("guardrail", "faust", "raw")
@@ -94,12 +94,15 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="longest measured span")
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--profile", action="store_true", help="py-spy the workers")
-    parser.add_argument("--bootstrap", help="use this broker instead of an embedded one")
+    parser.add_argument("--bootstrap", help="use this broker instead of a fresh one")
+    parser.add_argument("--broker", choices=BROKERS, default="embedded",
+                        help="the fresh broker: embedded (default) or Apache Kafka")
     parser.add_argument("--experiment", default="", help="patch from bench/worker_exp.py")
     args = parser.parse_args()
     info = meta()  # load and commit before the run
-    with tempfile.TemporaryDirectory() as tmp, running_broker(args.bootstrap) as bootstrap, \
-            JudgeProc(0) as judge:
+    info["broker"] = args.bootstrap or broker_label(args.broker)
+    with tempfile.TemporaryDirectory() as tmp, \
+            running_broker(args.bootstrap, args.broker) as bootstrap, JudgeProc(0) as judge:
         runs = measure(bootstrap, judge.api_base, Path(tmp), args.messages, seconds=args.seconds,
                        profile=args.profile, kinds=tuple(args.kinds.split(",")),
                        experiment=args.experiment)
@@ -108,7 +111,7 @@ def main() -> int:
             prof.show(r["profile"], f"ceiling {r['kind']}")
     table = rows(runs)
     print_table(table, info)
-    write_json("ceiling", {"meta": info, "runs": runs, "rows": table})
+    write_json(f"ceiling-{args.broker}", {"meta": info, "runs": runs, "rows": table})
     return 0
 
 

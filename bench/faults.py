@@ -4,9 +4,10 @@
     python bench/faults.py --quick              # CI sizes
     python bench/faults.py --only crash,outage
     python bench/faults.py --only crash,rebalance --repeat 5
+    python bench/faults.py --broker apache      # on Apache Kafka (python -m guardrail.kafka.apache fetch)
 
-Runs on the embedded broker (Tansu) with the stand-in judge server; every
-figure is measured, none is assumed.
+Runs on a fresh broker, the embedded one (Tansu) by default, with the stand-in
+judge server; every figure is measured, none is assumed.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # The fault scenarios and stream harness are test support in tests/support.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from guardrail.kafka.broker import EmbeddedBroker  # noqa: E402
+from bench.common import BROKERS, broker_label, running_broker  # noqa: E402
 from guardrail.local.rule_judge import JudgeServer  # noqa: E402
 from tests.support import faults, input_faults  # noqa: E402
 
@@ -120,13 +121,17 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of each of %s (PASS only if every run passes)"
                         % ", ".join(REPEATABLE))
-    parser.add_argument("--json", default="bench/results/faults.json")
+    parser.add_argument("--broker", choices=BROKERS, default="embedded",
+                        help="a fresh embedded broker (default) or Apache Kafka")
+    parser.add_argument("--json", default=None,
+                        help="where the figures go (default bench/results/faults-BROKER.json)")
     args = parser.parse_args()
+    args.json = args.json or f"bench/results/faults-{args.broker}.json"
     size = QUICK if args.quick else FULL
     rows, report = [], {}
-    with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker, \
+    with tempfile.TemporaryDirectory() as tmp, running_broker(kind=args.broker) as bootstrap, \
             JudgeServer() as judge:
-        scenarios = _scenarios(size, judge, broker.bootstrap, Path(tmp))
+        scenarios = _scenarios(size, judge, bootstrap, Path(tmp))
         names = args.only.split(",") if args.only else list(scenarios)
         for name in names:
             for run in range(args.repeat if name in REPEATABLE else 1):
@@ -140,8 +145,8 @@ def main() -> int:
                             text=True).stdout.strip()
     meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, "
             f"{os.cpu_count()} cores, Python {platform.python_version()}", "commit": commit,
-            "size": size}
-    print(f"\n{meta['date']}  {meta['machine']}  commit {commit}")
+            "size": size, "broker": broker_label(args.broker)}
+    print(f"\n{meta['date']}  {meta['machine']}  {meta['broker']}  commit {commit}")
     print("| scenario | result | figures | seconds |\n|---|---|---|---|")
     for name, shown, verdict, seconds in rows:
         print(f"| {name} | {verdict} | {shown} | {seconds} |")

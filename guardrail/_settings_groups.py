@@ -229,7 +229,7 @@ class WorkerSettings(BaseModel):
     stop_deadline_seconds: float = Field(default=45.0, gt=0)
     """Hard limit in seconds on a stop (the broker gone, say): past it the process
     exits at once. Nothing unfinished was acked, so those messages are redelivered."""
-    web_port: int = 6066
+    web_port: int = Field(default=6066, ge=1, le=65535)
     """Port of the worker's web pages (``/health``, ``/metrics``, ``/rates``,
     ``/dashboard``, ``/review``)."""
     web_host: str = "127.0.0.1"

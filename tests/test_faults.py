@@ -25,6 +25,7 @@ def _explain(figures):
     return {k: v for k, v in figures.items() if k != "logs"}, figures["logs"][-4000:]
 
 
+@pytest.mark.both_brokers
 def test_crash_loses_nothing(kafka_bootstrap, judge, tmp_path):
     figures = crash_scenario(kafka_bootstrap, judge, tmp_path, cases=1000, kills=3)
     assert figures["finished"] and figures["lost"] == 0, _explain(figures)
@@ -35,6 +36,7 @@ def test_crash_loses_nothing(kafka_bootstrap, judge, tmp_path):
     assert figures["window_total"] == figures["unique_judgments"], _explain(figures)
 
 
+@pytest.mark.both_brokers
 def test_crash_mid_batch_of_multi_span_records_judges_every_span_once(kafka_bootstrap, judge,
                                                                      tmp_path):
     """OTLP records of 10 spans: a record's offset commits only after all its
@@ -52,6 +54,7 @@ def test_crash_mid_batch_of_multi_span_records_judges_every_span_once(kafka_boot
     assert figures["out_of_order"] == 0
 
 
+@pytest.mark.both_brokers
 def test_judge_outage_pauses_and_never_says_safe(kafka_bootstrap, judge, tmp_path):
     # 0.5 s per judge call: the worker must still be busy when the outage starts.
     figures = outage_scenario(kafka_bootstrap, judge, tmp_path, cases=400, outage_seconds=16,
@@ -66,6 +69,7 @@ def test_judge_outage_pauses_and_never_says_safe(kafka_bootstrap, judge, tmp_pat
     assert figures["unexpected"] == 0
 
 
+@pytest.mark.both_brokers
 def test_rebalance_loses_no_result_and_windows_count_every_judgment_once(kafka_bootstrap, judge,
                                                                    tmp_path):
     figures = rebalance_scenario(kafka_bootstrap, judge, tmp_path, cases=1000)

@@ -12,12 +12,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from support.harness import produce
+from support.topics import create_topic
 
 from guardrail.review import LabelRecord
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.kafka, pytest.mark.both_brokers, pytest.mark.timeout(240)]
 
 BIN = Path(sys.executable).parent
 
@@ -48,15 +48,6 @@ def _label(i: int, output: str, metric: str, label: str, *, reviewer: str = "ana
                        fields={"output": output, "input": "a question"})
 
 
-async def _create(bootstrap: str, topic: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, 2, 1)])
-    finally:
-        await admin.close()
-
-
 def _cli(bootstrap: str, judge, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GUARDRAIL_")}
     env.update({"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
@@ -79,7 +70,7 @@ def test_exported_labels_and_the_topic_give_the_same_calibration(kafka_bootstrap
                                                                  tmp_path):
     thread_judge.reset()
     topic = f"labels-{uuid.uuid4().hex[:8]}"
-    asyncio.run(_create(kafka_bootstrap, topic))
+    asyncio.run(create_topic(kafka_bootstrap, topic, 2))
     labels = [_label(i, *row) for i, row in enumerate(LABELLED)]
     first_try = _label(3, LABELLED[3][0], "toxicity", "unsafe", reviewer="bo")  # relabelled
     withdrawn = _label(99, "Withdrawn text.", "toxicity", "unsafe")

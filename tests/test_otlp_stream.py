@@ -51,6 +51,7 @@ def app_spans(request, monkeypatch):
     return spans
 
 
+@pytest.mark.both_brokers
 def test_worker_judges_exactly_the_genai_spans_and_exports_verdicts_to_tracing(
         kafka_bootstrap, thread_judge, tmp_path, app_spans):
     thread_judge.reset()

@@ -5,7 +5,8 @@ exact (the fault suite's checks)."""
 import pytest
 from support.faults import stop_scenario
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.kafka, pytest.mark.both_brokers,
+              pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @pytest.fixture

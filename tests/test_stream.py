@@ -32,6 +32,7 @@ def _get_json(port, path):
         return json.loads(response.read())
 
 
+@pytest.mark.both_brokers
 def test_every_input_gets_exactly_one_result_and_bad_input_goes_to_the_dlq(stream_env):
     n = 300
     good = [(f"case-{i}".encode(), _case(i, "you idiot" if i % 10 == 0 else f"fine answer {i}"),
@@ -43,7 +44,9 @@ def test_every_input_gets_exactly_one_result_and_bad_input_goes_to_the_dlq(strea
            (b"wrong-type", b'{"case_id": "z", "output": 12}', None),
            (b"bad-mode", b'{"case_id": "w", "output": "hi", "redteam": {"scoring_mode": "x"}}',
             None),
-           (b"huge", b'{"case_id": "h", "output": "' + b"a" * 2_000_000 + b'"}', None)]
+           # Over max_message_bytes (1,000,000) yet under Apache Kafka's own
+           # record limit (message.max.bytes, 1,048,588), so every broker takes it.
+           (b"huge", b'{"case_id": "h", "output": "' + b"a" * 1_020_000 + b'"}', None)]
     assert stream_env.cli("produce", "--input", "/dev/null").returncode == 0  # creates topics
     asyncio.run(produce(stream_env.bootstrap, stream_env.topic("input"), good[:150] + bad
                         + good[150:]))
@@ -114,6 +117,7 @@ def test_key_and_headers_travel_to_results_and_dlq(stream_env):
     assert tuple(bad.headers) == _traced(3)
 
 
+@pytest.mark.both_brokers
 def test_windows_count_across_partitions_and_a_regression_alerts_once(stream_env):
     window = 60
     base = (math.floor(time.time() / window) - 5) * window  # five windows ago, aligned
@@ -168,7 +172,13 @@ def test_windows_count_across_partitions_and_a_regression_alerts_once(stream_env
     assert len(sink.received) == 1, sink.received
     alert = sink.received[0]
     assert alert["metric"] == "toxicity" and alert["group"]["model"] == "a"
-    assert alert["counts"]["unsafe"] >= 20 and alert["baseline"]["kind"] == "previous_windows"
+    # Checked as judgments are counted: at least min_judgments of them, more
+    # unsafe than the baseline's rate. How many of the 24 unsafe are in by then
+    # depends on how the two input partitions' batches interleave (on Apache
+    # Kafka one can run ahead of the other), so not a fixed number.
+    counts = alert["counts"]
+    assert counts["total"] >= 20 and counts["unsafe"] / counts["total"] > 5 / 120, counts
+    assert alert["baseline"]["kind"] == "previous_windows"
     assert alert["baseline"]["total"] == 120 and alert["baseline"]["unsafe"] == 5
     assert "regression" in alert["reasons"][0]
     logs = env.logs()
@@ -195,6 +205,7 @@ def _replay(env, *args):
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 
 
+@pytest.mark.both_brokers
 def test_replay_covers_the_range_stops_and_never_pays_twice(stream_env, thread_judge,
                                                             tmp_path):
     env, cache, t0 = stream_env, tmp_path / "cache.sqlite", 1_700_000_000_000

@@ -15,7 +15,8 @@ import pytest
 from support.faults import _window_figures, delivery_figures, sample_cases
 from support.harness import StreamEnv, TopicWatcher, produce
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.kafka, pytest.mark.both_brokers,
+              pytest.mark.slow, pytest.mark.timeout(300)]
 
 NEWER = [sys.executable, str(Path(__file__).parent / "support" / "newer_worker.py")]
 

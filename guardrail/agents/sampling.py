@@ -76,9 +76,12 @@ def register(runtime: WorkerRuntime) -> None:
     app, s = runtime.app, runtime.settings
     judge = runtime.message_judge
     if judge.sampler is not None and judge.sampler.uses_quota:
+        # Compacted only: Faust's tables default to compact,delete with the
+        # broker's retention (7 days), which would forget a quiet version's count.
         table = app.tables.add(ConfirmedTable(app, name=QUOTA_TABLE, default=dict,
                                               beacon=app.tables.beacon,
-                                              partitions=s.kafka.topic_partitions))
+                                              partitions=s.kafka.topic_partitions,
+                                              extra_topic_configs={"cleanup.policy": "compact"}))
         judge.sampler.quota.store = TableStore(table)
         runtime.state["quota_table"] = table
         runtime.state["confirm_before_ack"] = table.confirm_changelog

@@ -140,14 +140,29 @@ class WindowCounter:
         self.dispatcher.dispatch(alert)
 
 
+def changelog_configs(horizon_seconds: float) -> dict[str, str]:
+    """Topic configs of the window changelog as Faust creates it.
+
+    Faust creates a windowed table's changelog ``compact,delete`` with
+    ``retention.ms`` = the windows' ``expires``: the delete half would then
+    drop a live cell's only record up to a window's length before the cell
+    expires (its last write can come at the window's start). Retention is
+    set to the live horizon instead, so only expired cells age out; the
+    tombstones written on expiry let compaction remove them sooner."""
+    return {"cleanup.policy": "compact,delete",
+            "retention.ms": str(int(horizon_seconds * 1000))}
+
+
 def register(runtime: GuardrailApp) -> None:
     """Add the windowed table and the counting agent to the app."""
     app, s = runtime.app, runtime.settings
     topic = app.topic(s.kafka.judgments_topic, key_type=bytes, value_type=bytes,
                       key_serializer="raw", value_serializer="raw")
+    horizon = live_horizon_seconds(s.windows.window_seconds, s.windows.window_expires_seconds)
     table = app.tables.add(ConfirmedTable(app, name=TABLE_NAME, default=dict,
                                           beacon=app.tables.beacon,
-                                          partitions=s.kafka.topic_partitions))
+                                          partitions=s.kafka.topic_partitions,
+                                          extra_topic_configs=changelog_configs(horizon)))
     windowed = table.tumbling(timedelta(seconds=s.windows.window_seconds),
                               expires=timedelta(seconds=s.windows.window_expires_seconds)
                               ).relative_to_stream()
@@ -155,8 +170,7 @@ def register(runtime: GuardrailApp) -> None:
                             dispatcher=runtime.dispatcher)
     runtime.state["table"] = table
     # Recovery starts at the first changelog record that can hold a live window.
-    app.changelog_horizons[changelog_topic(s.kafka.app_id)] = live_horizon_seconds(
-        s.windows.window_seconds, s.windows.window_expires_seconds)
+    app.changelog_horizons[changelog_topic(s.kafka.app_id)] = horizon
     unknown = UnknownRecords(runtime.telemetry, "judgments")
 
     # Writes tables, so concurrency stays 1 (faust-streaming caveat).

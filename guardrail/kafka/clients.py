@@ -101,8 +101,22 @@ async def check_reachable(kafka: KafkaSettings) -> None:
         await client.close()
 
 
+#: Why a broker that answered refused us, and the settings that decide it.
+_REFUSALS = (
+    ("SaslAuthenticationFailed", "check sasl_username, sasl_password (GUARDRAIL_SASL_PASSWORD) "
+                                 "and sasl_mechanism"),
+    ("UnsupportedSaslMechanism", "check sasl_mechanism and security_protocol"),
+    ("CERTIFICATE_VERIFY_FAILED", "check ssl_cafile: it must hold the CA that signed the "
+                                  "brokers' certificates"),
+    ("WRONG_VERSION_NUMBER", "check security_protocol: this listener does not speak TLS"),
+)
+
+
 def _unreachable(kafka: KafkaSettings, reason: str) -> str:
     address = resolve_bootstrap(kafka)
+    for cause, advice in _REFUSALS:
+        if cause in reason:
+            return f"Kafka at {address} refused the connection ({reason}); {advice}"
     if kafka.bootstrap_servers:
         return (f"cannot reach Kafka at {address} ({reason}); check bootstrap_servers "
                 "(GUARDRAIL_BOOTSTRAP_SERVERS) and that the brokers are up")

@@ -34,13 +34,12 @@ import time
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from ..errors import GuardrailError
 from ..settings import KafkaSettings, Settings
 from .clients import client_options, resolve_bootstrap
-from .topics import partition_counts
+from .topics import partition_count
 from .time_offsets import offsets_since
 from .window_cells import WindowCells, changelog_topic, live_horizon_seconds
 
@@ -127,12 +126,7 @@ class ChangelogReader:
             consumer.seek(tp, offset)
 
     async def _partition_count(self) -> int | None:
-        admin = AIOKafkaAdminClient(request_timeout_ms=15000, **client_options(self.kafka))
-        try:
-            await admin.start()
-            return (await partition_counts(admin, [self.topic])).get(self.topic)
-        finally:
-            await admin.close()
+        return await partition_count(self.kafka, self.topic)
 
     async def poll(self, timeout_ms: int) -> int:
         """Apply the records of one fetch round; returns how many."""

@@ -33,12 +33,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from ..errors import ConfigError
 from ..evaluate import build_evaluator
 from ..judge import Judge
-from ..settings import Settings
+from ..settings import KafkaSettings, Settings
 from ..stream.envelope import Source
 from ..stream.processing import JudgeTally, MessageJudge, Outgoing, RawMessage
 from ..stream.sampling import Sampler
 from .clients import client_options
-from .topics import ensure_topics, review_topics
+from .time_offsets import offset_for_time, read_end
+from .topics import ensure_topics, partition_count, review_topics
 
 __all__ = ["ReplaySummary", "replay", "output_topics"]
 
@@ -101,56 +102,26 @@ class ReplaySummary:
                 "cost": self.cost_text()}
 
 
-async def _first_record(consumer: AIOKafkaConsumer, tp: TopicPartition,
-                        offset: int) -> tuple[int, int] | None:
-    """(offset, timestamp_ms) of the first record at or after ``offset``."""
-    consumer.seek(tp, offset)
-    batch = await consumer.getmany(tp, timeout_ms=3000, max_records=1)
-    messages = batch.get(tp)
-    return (messages[0].offset, messages[0].timestamp) if messages else None
-
-
-async def _offset_for_time(consumer: AIOKafkaConsumer, tp: TopicPartition, lo: int, hi: int,
-                           timestamp_ms: int) -> int:
-    """First offset in [lo, hi) whose timestamp is >= ``timestamp_ms`` (hi if none).
-
-    A binary search over the records themselves: ``offsets_for_times`` is not
-    reliable on every Kafka-compatible broker (Tansu answers 0 for any time).
-    """
-    while lo < hi:
-        mid = (lo + hi) // 2
-        found = await _first_record(consumer, tp, mid)
-        if found is None or found[0] >= hi:
-            hi = mid
-        elif found[1] >= timestamp_ms:
-            hi = mid
-        else:
-            lo = found[0] + 1
-    return lo
-
-
-async def _plan(consumer: AIOKafkaConsumer, topic: str, start_ms: int,
-                end_ms: int | None) -> dict[TopicPartition, tuple[int, int]]:
-    partitions = consumer.partitions_for_topic(topic)
-    if not partitions:
-        await consumer.topics()  # refresh metadata once
-        partitions = consumer.partitions_for_topic(topic)
-    if not partitions:
+async def _plan(kafka: KafkaSettings, consumer: AIOKafkaConsumer, topic: str, start_ms: int,
+                end_ms: int | None, *, search_only: bool = False
+                ) -> dict[TopicPartition, tuple[int, int]]:
+    """Per partition, the offsets [first at or after start_ms, first at or after
+    end_ms) of the records there when the replay starts."""
+    count = await partition_count(kafka, topic)
+    if not count:
         raise ConfigError(f"topic {topic!r} does not exist")
-    tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+    tps = [TopicPartition(topic, p) for p in range(count)]
     consumer.assign(tps)
+    begins = await consumer.beginning_offsets(tps)
+    listed = await consumer.end_offsets(tps)
     plan = {}
     for tp in tps:
-        await consumer.seek_to_beginning(tp)
-        first = await _first_record(consumer, tp, await consumer.position(tp))
-        # The high watermark of a real fetch is the end "seen at start"; some
-        # brokers under-report end_offsets (Tansu does for multi-record batches).
-        end = consumer.highwater(tp) or 0
-        if first is None:
-            plan[tp] = (end, end)
-            continue
-        begin = await _offset_for_time(consumer, tp, first[0], end, start_ms)
-        stop = (await _offset_for_time(consumer, tp, begin, end, end_ms)
+        # The end "seen at start": records published during the replay are not in it.
+        end = await read_end(consumer, tp, begins[tp], listed[tp])
+        begin = await offset_for_time(consumer, tp, start_ms, begin=begins[tp], end=end,
+                                      search_only=search_only)
+        stop = (await offset_for_time(consumer, tp, end_ms, begin=begin, end=end,
+                                      search_only=search_only)
                 if end_ms is not None else end)
         plan[tp] = (begin, stop)
     return plan
@@ -203,7 +174,7 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
     await consumer.start()
     await producer.start()
     try:
-        plan = await _plan(consumer, topic, start_ms, end_ms)
+        plan = await _plan(settings.kafka, consumer, topic, start_ms, end_ms)
         summary = ReplaySummary(topic=topic, results_topic=results_topic, dlq_topic=dlq_topic,
                                 judge_model=evaluator.judge.model,
                                 cache=str(cache_path) if cache_path else None,

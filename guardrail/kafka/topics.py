@@ -9,6 +9,8 @@ explicitly, and existing ones that disagree are a clear error::
 
 from __future__ import annotations
 
+import asyncio
+
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.protocol.metadata import MetadataRequest
 
@@ -16,7 +18,8 @@ from ..errors import ConfigError
 from ..settings import KafkaSettings, ReviewSettings
 from .clients import check_reachable, client_options
 
-__all__ = ["TopicMismatch", "topic_plan", "review_topics", "ensure_topics", "partition_counts"]
+__all__ = ["TopicMismatch", "topic_plan", "review_topics", "ensure_topics", "partition_counts",
+           "partition_count"]
 
 _TOPIC_ALREADY_EXISTS = 36
 
@@ -38,6 +41,32 @@ async def partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dic
     response = await admin._send_request(request)  # no public call that skips auto-create
     return {t["topic"]: (len(t["partitions"]) if t["error_code"] == 0 else None)
             for t in response.to_object()["topics"]}
+
+
+async def _visible_counts(admin: AIOKafkaAdminClient, topics: list[str], *,
+                          timeout: float = 15.0) -> dict[str, int | None]:
+    """:func:`partition_counts` once every topic shows in the metadata: Apache
+    Kafka answers CreateTopics before its metadata lists the new topics (a
+    moment of "leader not available"); the embedded broker at once."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        have = await partition_counts(admin, topics)
+        if all(have.get(t) is not None for t in topics) or loop.time() > deadline:
+            return have
+        await asyncio.sleep(0.1)
+
+
+async def partition_count(kafka: KafkaSettings, topic: str) -> int | None:
+    """Partition count of one topic (None: missing), through a short-lived admin
+    client. A consumer's own metadata is no substitute: on Apache Kafka it
+    lists only the topics the consumer was asked about."""
+    admin = AIOKafkaAdminClient(request_timeout_ms=15000, **client_options(kafka))
+    try:
+        await admin.start()
+        return (await partition_counts(admin, [topic])).get(topic)
+    finally:
+        await admin.close()
 
 
 def review_topics(kafka: KafkaSettings, review: ReviewSettings) -> dict[str, int]:
@@ -71,7 +100,7 @@ async def ensure_topics(kafka: KafkaSettings, plan: dict[str, int] | None = None
         for name, code, message in response.topic_errors:
             if code not in (0, _TOPIC_ALREADY_EXISTS):
                 raise ConfigError(f"cannot create topic {name!r}: error {code} {message or ''}")
-        have = await partition_counts(admin, list(plan))
+        have = await _visible_counts(admin, list(plan))
     finally:
         await admin.close()
     wrong = {t: (have.get(t), n) for t, n in plan.items() if t in strict and have.get(t) != n}
