@@ -21,6 +21,11 @@ PAGES_AT_ONCE = 2
 #: Programs some pages call that the system, not the venv, provides (.ci/run
 #: installs them from Debian when it can); a page that needs a missing one skips.
 SYSTEM_TOOLS = ("curl", "htpasswd", "promtool")
+#: Pages that clean up after themselves, with the one folder they write into:
+#: the first page a user runs must stop everything it starts and leave nothing
+#: in the directory it was started from but that folder. (The how-to guides
+#: build on a broker and judge left running, so the runner stops theirs.)
+TIDY_PAGES = {"docs/getting-started.md": "guardrail-start"}
 
 
 def _missing_tools(page: str) -> list[str]:
@@ -64,6 +69,10 @@ def test_the_command_blocks_of_a_page_run(page, page_runs):
     run = page_runs[page]
     print(f"{page}: {run.seconds:.1f} s")
     assert run.returncode == 0, f"{page} failed (exit {run.returncode}):\n{run.output[-4000:]}"
+    if page in TIDY_PAGES:
+        assert run.left_running == (), f"{page} left running:\n" + "\n".join(run.left_running)
+        written = sorted(path.name for path in run.workdir.iterdir())
+        assert written == [TIDY_PAGES[page]], f"{page} wrote outside its folder: {written}"
 
 
 def _python_blocks(path) -> list[str]:

@@ -1,5 +1,6 @@
-"""The documentation site builds offline with no warning, and its generated
-reference lists every command, option, setting and metric this code has."""
+"""The documentation site builds offline with no warning and prints nothing but
+its progress, and its generated reference lists every command, option, setting
+and metric this code has."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import click
@@ -21,14 +23,44 @@ ROOT = Path(__file__).resolve().parent.parent
 pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install -e '.[docs]')")
 
 
+#: The switches of two third-party notices: mkdocs.yml sets them itself, so the
+#: build runs without them, as a user's shell runs it.
+NOTICE_SWITCHES = ("DISABLE_MKDOCS_2_WARNING", "NO_MKDOCS_2_WARNING")
+#: What mkdocs itself prints on a clean build; anything else (a third-party
+#: banner, a plugin's INFO line) is something a user would have to wonder about.
+BUILD_PROGRESS = re.compile(r"INFO\s+-\s+(Cleaning site directory|Building documentation "
+                            r"to directory: .+|Documentation built in [\d.]+ seconds)")
+
+
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
+def build(tmp_path_factory) -> tuple[Path, str]:
+    """The site built by ``mkdocs build --strict``, and everything the build printed."""
     out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "DISABLE_MKDOCS_2_WARNING": "true", "NO_MKDOCS_2_WARNING": "1"}
-    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+    env = {k: v for k, v in os.environ.items() if k not in NOTICE_SWITCHES}
+    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, f"mkdocs build --strict failed:\n{build.stderr[-4000:]}"
-    return out
+    assert built.returncode == 0, f"mkdocs build --strict failed:\n{built.stderr[-4000:]}"
+    return out, built.stdout + built.stderr
+
+
+@pytest.fixture(scope="module")
+def site(build) -> Path:
+    return build[0]
+
+
+def test_a_strict_build_prints_its_progress_and_nothing_else(build):
+    _, printed = build
+    noise = [line for line in printed.splitlines()
+             if line.strip() and not BUILD_PROGRESS.fullmatch(line.strip())]
+    assert noise == [], "the build printed more than its progress:\n" + "\n".join(noise)
+
+
+def test_the_docs_extra_brings_a_formatter_for_the_api_signatures():
+    # mkdocstrings-python formats long signatures with Black or Ruff and, with
+    # neither installed (a fresh `pip install -e '.[docs]'`), says so on every build.
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    docs = extras["project"]["optional-dependencies"]["docs"]
+    assert [r for r in docs if re.match(r"(ruff|black)\b", r)], docs
 
 
 def _text(page: Path) -> str:
@@ -106,6 +138,32 @@ def test_the_built_site_opens_from_disk_in_a_browser(site, browser):
     if shots:  # at the judge group's table
         page.goto((site / "reference" / "settings.html").as_uri() + "#judge")
         page.screenshot(path=str(Path(shots) / "site-settings.png"))
+    _assert_no_sideways_scrolling(page, site / "how-to" / "otel-inputs.html")
     # Search is the one part that needs the site served (a web worker cannot
     # load from file://; `python -m http.server -d site`): anything else failing is a bug.
     assert not [e for e in errors if "search_index" not in e], errors
+
+
+#: The widest line of a code block over the width it has, in the browser's font.
+_FILL = """code => {
+  const text = document.createRange();
+  text.selectNodeContents(code);
+  const style = getComputedStyle(code);
+  const room = code.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  return text.getBoundingClientRect().width / room;
+}"""
+
+
+def _assert_no_sideways_scrolling(page, html: Path) -> None:
+    """At 1,400 px the page does not scroll sideways and its text diagrams fit
+    their box with a tenth to spare: another machine's monospace font, or the
+    fallback font of the arrows, may be that much wider than this one's."""
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(html.as_uri())
+    width, viewport = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width <= viewport, f"{html.name} scrolls sideways: {width} px in {viewport} px"
+    diagrams = page.locator("article pre > code", has_text="──")
+    assert diagrams.count() >= 1
+    for index in range(diagrams.count()):
+        fill = diagrams.nth(index).evaluate(_FILL)
+        assert fill <= 0.9, f"diagram {index + 1} of {html.name} fills {fill:.0%} of its box"

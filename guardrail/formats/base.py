@@ -55,7 +55,7 @@ class Decoded:
 
     cases: list[dict[str, Any]] = field(default_factory=list)
     #: Outcome → count of items not judged (``no_genai_span``, ``no_content``,
-    #: ``tool_calls``): counted on ``/metrics``, never DLQ'd.
+    #: ``unreadable_content``, ``tool_calls`` …): counted on ``/metrics``, never DLQ'd.
     skipped: dict[str, int] = field(default_factory=dict)
     notices: tuple[Notice, ...] = ()
 

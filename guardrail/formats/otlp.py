@@ -35,9 +35,12 @@ holds no ``resourceSpans`` at all (wrong shape, or bytes that parse as an
 empty message). Otherwise every
 GenAI span (see :func:`~.otlp_conventions.is_genai`) is one case, or one count
 in ``skipped``: ``no_content`` (content capture was off: a :class:`Notice` per
-service says how to turn it on) or ``tool_calls`` (the answer is tool calls
-only). A record without any GenAI span counts ``no_genai_span: 1``; other spans
-beside GenAI ones (HTTP, database …) are ignored and counted nowhere.
+service says how to turn it on), ``unreadable_content`` (content is there but
+cannot be read: not JSON, the wrong shape, nested too deep; the notice per
+service names the attribute and what is wrong with it, see
+:mod:`.otlp_content`) or ``tool_calls`` (the answer is tool calls only). A
+record without any GenAI span counts ``no_genai_span: 1``; other spans beside
+GenAI ones (HTTP, database …) are ignored and counted nowhere.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from .base import Decoded, Headers, Notice, UndecodableRecord, json_type, load_json
+from .otlp_content import Unreadable, unreadable_notice
 from .otlp_conventions import Exchange, SpanEvent, is_genai, read_exchange
 
 __all__ = ["OtlpDecoder", "DEFAULT_LABELS", "CAPTURE_HINT", "request_from_bytes",
@@ -121,7 +125,7 @@ class OtlpDecoder:
     def _cases(self, request: ExportTraceServiceRequest) -> Decoded:
         cases: list[dict[str, Any]] = []
         skipped: Counter[str] = Counter()
-        quiet_services: dict[str, None] = {}  # ordered set: one notice per service
+        notices: dict[str, Notice] = {}  # by key: one per service and kind
         genai_spans = 0
         for resource_spans in request.resource_spans:
             resource = _attributes(resource_spans.resource.attributes)
@@ -131,28 +135,32 @@ class OtlpDecoder:
                     if not is_genai(attrs, (e.name for e in span.events)):
                         continue
                     genai_spans += 1
-                    outcome = self._span_case(span, attrs, resource)
+                    outcome, unreadable = self._span_case(span, attrs, resource)
+                    notice = _span_notice(outcome, _service(resource), unreadable)
+                    if notice is not None:
+                        notices.setdefault(notice.key, notice)
                     if isinstance(outcome, dict):
                         cases.append(outcome)
-                        continue
-                    skipped[outcome] += 1
-                    if outcome == "no_content":
-                        quiet_services[_service(resource)] = None
+                    else:
+                        skipped[outcome] += 1
         if not genai_spans:
             skipped["no_genai_span"] += 1
-        notices = tuple(_no_content_notice(s) for s in quiet_services)
-        return Decoded(cases=cases, skipped=dict(skipped), notices=notices)
+        return Decoded(cases=cases, skipped=dict(skipped), notices=tuple(notices.values()))
 
-    def _span_case(self, span: Any, attrs: dict[str, Any],
-                   resource: dict[str, Any]) -> dict[str, Any] | str:
-        """The span's case, or why it has none (``no_content``, ``tool_calls``)."""
+    def _span_case(self, span: Any, attrs: dict[str, Any], resource: dict[str, Any],
+                   ) -> tuple[dict[str, Any] | str, tuple[Unreadable, ...]]:
+        """The span's case, or why it has none (``no_content``, ``tool_calls``,
+        ``unreadable_content``); with the content of it that could not be read."""
         events = [SpanEvent(e.name, _attributes(e.attributes)) for e in span.events]
         exchange = read_exchange(attrs, events)
-        if exchange is None or not (exchange.output or exchange.tool_calls):
-            return "no_content"
-        if not exchange.output:
-            return "tool_calls"
-        return self._case(span, attrs, resource, exchange)
+        if exchange is None:
+            return "no_content", ()
+        if exchange.output:
+            return self._case(span, attrs, resource, exchange), exchange.unreadable
+        if exchange.tool_calls:
+            return "tool_calls", ()
+        return ("unreadable_content" if exchange.unreadable else "no_content",
+                exchange.unreadable)
 
     def _case(self, span: Any, attrs: dict[str, Any], resource: dict[str, Any],
               exchange: Exchange) -> dict[str, Any]:
@@ -356,6 +364,17 @@ def _trace(trace_id: bytes, span_id: bytes) -> dict[str, str] | None:
 def _service(resource: Mapping[str, Any]) -> str:
     name = resource.get("service.name")
     return name if isinstance(name, str) and name else _UNKNOWN_SERVICE
+
+
+def _span_notice(outcome: dict[str, Any] | str, service: str,
+                 unreadable: tuple[Unreadable, ...]) -> Notice | None:
+    """What the worker logs once per service about a span: how to turn capture
+    on, or what is there and cannot be read (judged without it, or not at all)."""
+    if outcome == "no_content":
+        return _no_content_notice(service)
+    if unreadable:
+        return unreadable_notice(service, unreadable, judged=isinstance(outcome, dict))
+    return None
 
 
 def _no_content_notice(service: str) -> Notice:

@@ -31,18 +31,20 @@ wins; its conversation comes with it):
    ``gen_ai.content.prompt`` / ``gen_ai.content.completion`` events
    (attributes ``gen_ai.prompt`` / ``gen_ai.completion``).
 
-Content an instrumentation hid (OpenInference's ``__REDACTED__``) counts as
-absent.
+Content an instrumentation hid (OpenInference's ``_REDACTED__``) counts as
+absent. Content there that cannot be read (JSON that is not, or not of the
+convention's shape) is told apart from it: see :mod:`.otlp_content`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
-import orjson
+from .otlp_content import REDACTED, ContentReading, Exchange, Unreadable, exchange_of, text_of
 
 __all__ = ["Exchange", "SpanEvent", "is_genai", "read_exchange", "NOT_INFERENCE_OPERATIONS",
            "text_of"]
@@ -68,14 +70,6 @@ _MESSAGE_EVENTS = {"gen_ai.system.message": "system", "gen_ai.user.message": "us
                    "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
 _GENAI_EVENTS = frozenset({_DETAILS_EVENT, "gen_ai.choice", "gen_ai.content.completion"})
 
-#: OpenInference writes this where content capture was turned off.
-_REDACTED = "__REDACTED__"
-#: Part types whose text a user reads (reasoning and tool calls are not the answer).
-_TEXT_PARTS = frozenset({"text", "refusal", "output_text", "input_text"})
-_ROLES = {"developer": "system", "model": "assistant", "human": "user", "ai": "assistant"}
-#: JSON bodies nest a few levels (message → content → parts → text); deeper is not text.
-_MAX_DEPTH = 8
-
 
 @dataclass(frozen=True)
 class SpanEvent:
@@ -83,18 +77,6 @@ class SpanEvent:
 
     name: str
     attributes: Attrs
-
-
-@dataclass(frozen=True)
-class Exchange:
-    """What one GenAI span says: the answer's text and the conversation before it."""
-
-    #: The last assistant output message's text parts, joined; None when there is none.
-    output: str | None
-    #: System instructions, then the input messages: ``{"role", "content"}`` with text.
-    messages: list[dict[str, str]] = field(default_factory=list)
-    #: The answer holds tool calls and no text (nothing to judge yet).
-    tool_calls: bool = False
 
 
 def is_genai(attrs: Attrs, event_names: Iterable[str]) -> bool:
@@ -116,121 +98,45 @@ def is_genai(attrs: Attrs, event_names: Iterable[str]) -> bool:
 
 
 def read_exchange(attrs: Attrs, events: Sequence[SpanEvent]) -> Exchange | None:
-    """The answer and conversation of a GenAI span; None when no content was captured."""
+    """The answer and conversation of a GenAI span. None when no content was
+    captured; an exchange without output nor tool calls, naming what is
+    ``unreadable``, when content is there and cannot be read."""
+    readers: list[Callable[[ContentReading], Exchange | None]] = [
+        partial(_semconv_attributes, attrs), partial(_openinference, attrs),
+        partial(_openllmetry_indexed, attrs), partial(_details_event, events),
+        partial(_message_events, events), partial(_content_events, events)]
     found: list[Exchange] = []
-    for reader in (_semconv_attributes, _openinference, _openllmetry_indexed):
-        exchange = reader(attrs)
+    problems: list[Unreadable] = []
+    for reader in readers:
+        reading = ContentReading()
+        exchange = reader(reading)
         if exchange is not None and exchange.output:
-            return exchange
+            return replace(exchange, unreadable=tuple(reading.problems))
+        problems.extend(reading.problems)
         if exchange is not None:
             found.append(exchange)
-    for event_reader in (_details_event, _message_events, _content_events):
-        exchange = event_reader(events)
-        if exchange is not None and exchange.output:
-            return exchange
-        if exchange is not None:
-            found.append(exchange)
-    return next((e for e in found if e.tool_calls), None)
-
-
-# -- text of messages and parts ---------------------------------------------------------
-
-def text_of(value: Any, depth: int = 0) -> str:
-    """The readable text of a content value: a string, a part, a list of parts,
-    or a body (``{"content": ...}``, ``{"text": {"value": ...}}``)."""
-    if isinstance(value, str):
-        return "" if value == _REDACTED else value
-    if depth >= _MAX_DEPTH:
-        return ""
-    if isinstance(value, Mapping):
-        kind = value.get("type")
-        if kind == "tool_call_response":
-            return _stringify(value.get("response"))
-        if kind is not None and kind not in _TEXT_PARTS:
-            return ""
-        for key in ("content", "text", "value"):
-            if key in value:
-                return text_of(value[key], depth + 1)
-        return ""
-    if isinstance(value, list):
-        return "\n".join(t for t in (text_of(v, depth + 1) for v in value) if t)
-    return ""
-
-
-def _stringify(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:
-        return str(value)
-
-
-def _json(value: Any) -> Any:
-    """A JSON string's value; anything else (already a list or dict) as it is."""
-    if isinstance(value, (str, bytes)):
-        try:
-            return orjson.loads(value)
-        except orjson.JSONDecodeError:
-            return None
-    return value
-
-
-def _message_text(message: Mapping) -> str:
-    if "parts" in message:
-        return text_of(message["parts"]).strip()
-    return text_of(message.get("content")).strip()
-
-
-def _has_tool_calls(message: Mapping) -> bool:
-    if message.get("tool_calls"):
-        return True
-    parts = message.get("parts")
-    return isinstance(parts, list) and any(
-        isinstance(p, Mapping) and p.get("type") == "tool_call" for p in parts)
-
-
-def _chat_message(message: Any) -> dict[str, str] | None:
-    """``{"role", "content"}`` of an input message; None when it has no text
-    (an assistant turn of tool calls only)."""
-    if not isinstance(message, Mapping):
-        return None
-    text = _message_text(message)
-    if not text:
-        return None
-    role = str(message.get("role") or "user").lower()
-    return {"role": _ROLES.get(role, role), "content": text}
-
-
-def _exchange(outputs: Sequence[Any], inputs: Sequence[Any], system: str = "") -> Exchange:
-    """The answer (the last assistant message of ``outputs``) and its conversation."""
-    answers = [m for m in outputs if isinstance(m, Mapping)
-               and str(m.get("role") or "assistant").lower() == "assistant"]
-    answer = answers[-1] if answers else {}
-    text = _message_text(answer)
-    messages = [{"role": "system", "content": system}] if system else []
-    messages.extend(m for m in map(_chat_message, inputs) if m is not None)
-    return Exchange(output=text or None, messages=messages,
-                    tool_calls=not text and _has_tool_calls(answer))
+    tool_calls = next((e for e in found if e.tool_calls), None)
+    if tool_calls is not None or not problems:
+        return tool_calls
+    return Exchange(output=None, unreadable=tuple(problems))
 
 
 # -- 1. GenAI semantic conventions: span attributes (and the details event) --------------
 
-def _semconv_attributes(attrs: Attrs) -> Exchange | None:
-    outputs = _json(attrs.get("gen_ai.output.messages"))
-    if not isinstance(outputs, list):
+def _semconv_attributes(attrs: Attrs, reading: ContentReading) -> Exchange | None:
+    outputs = reading.messages("gen_ai.output.messages", attrs.get("gen_ai.output.messages"))
+    if outputs is None:
         return None
-    inputs = _json(attrs.get("gen_ai.input.messages"))
-    system = text_of(_json(attrs.get("gen_ai.system_instructions"))).strip()
-    return _exchange(outputs, inputs if isinstance(inputs, list) else [], system)
+    inputs = reading.messages("gen_ai.input.messages", attrs.get("gen_ai.input.messages"))
+    system = reading.json("gen_ai.system_instructions", attrs.get("gen_ai.system_instructions"),
+                          (list, dict, str), "an array of parts")
+    return exchange_of(outputs, inputs or [], text_of(system).strip())
 
 
-def _details_event(events: Sequence[SpanEvent]) -> Exchange | None:
+def _details_event(events: Sequence[SpanEvent], reading: ContentReading) -> Exchange | None:
     for event in reversed(events):
         if event.name == _DETAILS_EVENT:
-            return _semconv_attributes(event.attributes)
+            return _semconv_attributes(event.attributes, reading.in_event(_DETAILS_EVENT))
     return None
 
 
@@ -239,6 +145,7 @@ def _details_event(events: Sequence[SpanEvent]) -> Exchange | None:
 _OPENINFERENCE_KEY = re.compile(r"llm\.(input|output)_messages\.(\d+)\.message\.(.+)")
 _OPENLLMETRY_KEY = re.compile(r"gen_ai\.(prompt|completion)\.(\d+)\.(.+)")
 _CONTENTS_TEXT = re.compile(r"contents\.(\d+)\.message_content\.text")
+_RESPONSE_SHAPE = "an OpenAI chat or Responses API response (choices, output_text or output)"
 
 
 def _indexed(attrs: Attrs, pattern: re.Pattern, prefix: str) -> dict[str, list[dict]]:
@@ -258,51 +165,54 @@ def _indexed(attrs: Attrs, pattern: re.Pattern, prefix: str) -> dict[str, list[d
 def _openinference_message(fields: Mapping[str, Any]) -> dict[str, Any]:
     """One OpenInference message as a ``{"role", "content", "tool_calls"}`` dict."""
     content = fields.get("content")
-    if not isinstance(content, str) or content == _REDACTED:
+    if not isinstance(content, str) or content == REDACTED:
         texts = sorted((int(m[1]), v) for k, v in fields.items()
                        if (m := _CONTENTS_TEXT.fullmatch(k)) and isinstance(v, str))
-        content = "\n".join(v for _, v in texts if v != _REDACTED)
+        content = "\n".join(v for _, v in texts if v != REDACTED)
     tool_calls = any(key.startswith("tool_calls.") for key in fields)
     return {"role": fields.get("role"), "content": content, "tool_calls": tool_calls}
 
 
-def _openinference(attrs: Attrs) -> Exchange | None:
+def _openinference(attrs: Attrs, reading: ContentReading) -> Exchange | None:
     if "openinference.span.kind" not in attrs and not any(
             key.startswith(("llm.output_messages.", "output.value")) for key in attrs):
         return None
     sides = _indexed(attrs, _OPENINFERENCE_KEY, "llm.")
     inputs = [_openinference_message(f) for f in sides.get("input", ())] \
-        or _request_messages(attrs.get("input.value"), attrs.get("input.mime_type"))
+        or _request_messages(attrs.get("input.value"), attrs.get("input.mime_type"), reading)
     outputs = [_openinference_message(f) for f in sides.get("output", ())]
-    exchange = _exchange(outputs, inputs)
+    exchange = exchange_of(outputs, inputs)
     if exchange.output or exchange.tool_calls:
         return exchange
-    response = _response_message(attrs.get("output.value"), attrs.get("output.mime_type"))
-    return _exchange([response], inputs) if response else exchange
+    response = _response_message(attrs.get("output.value"), attrs.get("output.mime_type"),
+                                 reading)
+    return exchange_of([response], inputs) if response else exchange
 
 
-def _request_messages(value: Any, mime_type: Any) -> list[Any]:
+def _request_messages(value: Any, mime_type: Any, reading: ContentReading) -> list[Any]:
     """Input messages from OpenInference's ``input.value``: an OpenAI request's
     ``messages`` when it is JSON, else the text as one user message."""
-    if not isinstance(value, str) or not value or value == _REDACTED:
+    if not isinstance(value, str) or not value or value == REDACTED:
         return []
-    if mime_type == "application/json":
-        request = _json(value)
-        if isinstance(request, Mapping):
-            messages = request.get("messages")
-            return messages if isinstance(messages, list) else []
-    return [{"role": "user", "content": value}]
+    if mime_type != "application/json":
+        return [{"role": "user", "content": value}]
+    request = reading.json("input.value", value, dict, "an OpenAI request object")
+    messages = request.get("messages") if request is not None else None
+    if request is not None and not isinstance(messages, list):
+        reading.note("input.value", 'wrong shape: expected an OpenAI request with "messages"')
+    return messages if isinstance(messages, list) else []
 
 
-def _response_message(value: Any, mime_type: Any) -> dict[str, Any] | None:
+def _response_message(value: Any, mime_type: Any,
+                      reading: ContentReading) -> dict[str, Any] | None:
     """The answer in OpenInference's ``output.value``: a raw OpenAI chat or
     Responses API response when JSON (``choices[0].message``), else the text."""
-    if not isinstance(value, str) or not value or value == _REDACTED:
+    if not isinstance(value, str) or not value or value == REDACTED:
         return None
     if mime_type != "application/json":
         return {"role": "assistant", "content": value}
-    response = _json(value)
-    if not isinstance(response, Mapping):
+    response = reading.json("output.value", value, dict, _RESPONSE_SHAPE)
+    if response is None:
         return None
     choices = response.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
@@ -316,40 +226,42 @@ def _response_message(value: Any, mime_type: Any) -> dict[str, Any] | None:
         items = [o for o in output if isinstance(o, Mapping) and o.get("type") == "message"]
         if items:
             return {"role": "assistant", "content": items[-1].get("content")}
+    reading.note("output.value", f"wrong shape: expected {_RESPONSE_SHAPE}")
     return None
 
 
-def _openllmetry_content(value: Any) -> Any:
+def _openllmetry_content(value: Any, side: str, reading: ContentReading) -> Any:
     """OpenLLMetry writes list contents as JSON text; a plain answer that merely
     looks like JSON (``[1, 2]``) stays text."""
     if isinstance(value, str) and value.startswith("["):
-        parsed = _json(value)
-        if isinstance(parsed, list) and parsed and all(
-                isinstance(p, Mapping) and "type" in p for p in parsed):
-            return parsed
+        parts = reading.object_list(f"gen_ai.{side}.*.content", value)
+        if parts is not None and all("type" in p for p in parts):
+            return parts
     return value
 
 
-def _openllmetry_indexed(attrs: Attrs) -> Exchange | None:
+def _openllmetry_indexed(attrs: Attrs, reading: ContentReading) -> Exchange | None:
     sides = _indexed(attrs, _OPENLLMETRY_KEY, "gen_ai.")
     if "completion" not in sides:
         return None
 
-    def message(fields: Mapping[str, Any]) -> dict[str, Any]:
+    def message(fields: Mapping[str, Any], side: str) -> dict[str, Any]:
         return {"role": fields.get("role"),
-                "content": _openllmetry_content(fields.get("content")),
+                "content": _openllmetry_content(fields.get("content"), side, reading),
                 "tool_calls": any(k.startswith("tool_calls.") for k in fields)}
 
-    return _exchange([message(f) for f in sides["completion"]],
-                     [message(f) for f in sides.get("prompt", ())])
+    return exchange_of([message(f, "completion") for f in sides["completion"]],
+                       [message(f, "prompt") for f in sides.get("prompt", ())])
 
 
 # -- 4. Older span events ------------------------------------------------------------------
 
-def _event_body(event: SpanEvent) -> dict[str, Any]:
+def _event_body(event: SpanEvent, reading: ContentReading) -> dict[str, Any]:
     """An event's attributes, with a JSON body in ``gen_ai.event.content`` merged in."""
     body = dict(event.attributes)
-    content = _json(body.pop("gen_ai.event.content", None))
+    content = reading.in_event(event.name).json(
+        "gen_ai.event.content", body.pop("gen_ai.event.content", None), (dict, str),
+        "a JSON object")
     if isinstance(content, Mapping):
         body.update(content)
     elif isinstance(content, str):
@@ -357,23 +269,24 @@ def _event_body(event: SpanEvent) -> dict[str, Any]:
     return body
 
 
-def _message_events(events: Sequence[SpanEvent]) -> Exchange | None:
+def _message_events(events: Sequence[SpanEvent], reading: ContentReading) -> Exchange | None:
     inputs: list[dict[str, Any]] = []
     outputs: list[Any] = []
     for event in events:
         if event.name in _MESSAGE_EVENTS:
-            body = _event_body(event)
+            body = _event_body(event, reading)
             inputs.append({"role": _MESSAGE_EVENTS[event.name], "content": body.get("content")})
         elif event.name == "gen_ai.choice":
-            body = _event_body(event)
-            message = _json(body.get("message"))
-            outputs.append(dict(message) if isinstance(message, Mapping)
+            body = _event_body(event, reading)
+            message = reading.in_event(event.name).json("message", body.get("message"), dict,
+                                                        "a message object")
+            outputs.append(dict(message) if message is not None
                            else {"content": body.get("content"),
                                  "tool_calls": body.get("tool_calls")})
-    return _exchange(outputs, inputs) if outputs else None
+    return exchange_of(outputs, inputs) if outputs else None
 
 
-def _content_events(events: Sequence[SpanEvent]) -> Exchange | None:
+def _content_events(events: Sequence[SpanEvent], reading: ContentReading) -> Exchange | None:
     """``gen_ai.content.prompt`` / ``.completion``: messages as JSON, or plain text."""
     prompt: Any = None
     completion: Any = None
@@ -384,17 +297,11 @@ def _content_events(events: Sequence[SpanEvent]) -> Exchange | None:
             completion = event.attributes.get("gen_ai.completion")
     if completion is None:
         return None
-    outputs, inputs = _messages_or_none(completion), _messages_or_none(prompt)
+    outputs = reading.in_event("gen_ai.content.completion").object_list(
+        "gen_ai.completion", completion)
+    inputs = reading.in_event("gen_ai.content.prompt").object_list("gen_ai.prompt", prompt)
     if outputs is None:
         outputs = [{"role": "assistant", "content": completion}]
     if inputs is None:
         inputs = [{"role": "user", "content": prompt}] if prompt else []
-    return _exchange(outputs, inputs)
-
-
-def _messages_or_none(value: Any) -> list[Any] | None:
-    """A list of message objects (given or as JSON text); None for plain text."""
-    parsed = _json(value)
-    if isinstance(parsed, list) and parsed and all(isinstance(m, Mapping) for m in parsed):
-        return parsed
-    return None
+    return exchange_of(outputs, inputs)

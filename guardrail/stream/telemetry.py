@@ -27,8 +27,9 @@ class Telemetry:
         r = self.registry
         self.messages = Counter("guardrail_messages", "Input messages handled, by outcome "
                                 "(judged, not_sampled, dlq; and what an input format counts "
-                                "instead of judging: no_genai_span, no_content, tool_calls, "
-                                "content_filter, empty_output)",
+                                "instead of judging: no_genai_span, no_content, "
+                                "unreadable_content, tool_calls, content_filter, "
+                                "empty_output)",
                                 ["outcome"], registry=r)
         self.judgments = Counter(
             "guardrail_judgments", "Metric judgments by verdict (safe, unsafe, error) and "

@@ -10,7 +10,9 @@ pipefail``) in an empty directory, with the setup Getting started ends with:
 a broker and the stand-in rule judge, in ``GUARDRAIL_BOOTSTRAP_SERVERS``,
 ``GUARDRAIL_JUDGE_MODEL`` and ``GUARDRAIL_JUDGE_API_BASE``. The ports written
 in the docs (9092 broker, 8089 judge, 6066/6067 worker pages) are replaced by
-free ones, and everything the page left running is stopped at its end.
+free ones, and everything the page left running is stopped at its end, after
+it is listed (:attr:`PageRun.left_running`: what a page that cleans up after
+itself must not leave).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,6 +98,59 @@ class PageRun:
     returncode: int
     output: str
     seconds: float
+    #: The empty directory the page ran in.
+    workdir: Path
+    #: ``pid: command line`` of what the page started and left running when its
+    #: last block ended (the runner stops it then).
+    left_running: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Process:
+    pid: int
+    session: int
+    zombie: bool
+    command: str
+    cwd: str
+
+
+def _processes() -> list[_Process]:
+    """Every process /proc shows, with what tells whose it is (none where
+    there is no /proc: the check is Linux's, as .ci/run's machine is)."""
+    found: list[_Process] = []
+    if not Path("/proc").is_dir():
+        return found
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace").strip()
+            cwd = os.readlink(entry / "cwd")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        # Fields after the command name, which is in parentheses and may hold spaces.
+        state, _ppid, _group, session = stat.rsplit(")", 1)[1].split()[:4]
+        found.append(_Process(int(entry.name), int(session), state == "Z", command, cwd))
+    return found
+
+
+def _left_running(session: int, page_dir: Path, ports: Collection[int],
+                  runner_sessions: Collection[int]) -> tuple[str, ...]:
+    """What the page started that still runs: a process of its session, or one
+    whose command line names the page's directory or ports or that works in
+    that directory (which covers what the page started in a session of its
+    own); the runner's own broker and judge aside."""
+    mentions = re.compile(rf"{re.escape(str(page_dir))}|\b(?:{'|'.join(map(str, ports))})\b")
+    left = []
+    for process in _processes():
+        if process.zombie or process.pid == os.getpid() or process.session in runner_sessions:
+            continue
+        if (process.session == session or mentions.search(process.command)
+                or process.cwd == str(page_dir) or process.cwd.startswith(f"{page_dir}/")):
+            left.append(f"{process.pid}: {process.command}")
+    return tuple(left)
 
 
 def run_page(blocks: list[Block], workdir: Path, *, timeout: float = 180.0) -> PageRun:
@@ -124,24 +180,30 @@ def run_page(blocks: list[Block], workdir: Path, *, timeout: float = 180.0) -> P
     try:
         for _, port in services:
             _wait_for_port(port)
-        return _run_script(code, workdir, env, timeout)
+        return _run_script(code, workdir, env, timeout,
+                           lambda session: _left_running(session, workdir.parent, ports.values(),
+                                                         {proc.pid for proc in started}))
     finally:
         for proc in started:
             _stop_group(proc)
             proc.wait()
 
 
-def _run_script(code: str, workdir: Path, env: dict[str, str], timeout: float) -> PageRun:
+def _run_script(code: str, workdir: Path, env: dict[str, str], timeout: float,
+                left_running: Callable[[int], tuple[str, ...]]) -> PageRun:
     """bash waits for the foreground commands only: the output goes to a file,
-    not a pipe, since the page's background jobs keep a pipe open."""
+    not a pipe, since the page's background jobs keep a pipe open. What still
+    runs when the script has ended is listed before it is stopped."""
     script = "set -euo pipefail\n" + code + "\n"
     log = workdir.parent / f"{workdir.name}.output"
     began = time.monotonic()
+    left: tuple[str, ...] = ()
     with log.open("w") as out:
         proc = subprocess.Popen(["bash", "-c", script], cwd=workdir, env=env, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             returncode = proc.wait(timeout=timeout)
+            left = left_running(proc.pid)  # the session's id is its leader's pid
         except subprocess.TimeoutExpired:
             returncode = -1
         finally:
@@ -151,4 +213,4 @@ def _run_script(code: str, workdir: Path, env: dict[str, str], timeout: float) -
     output = log.read_text(errors="replace")
     if returncode == -1:
         output += f"\n[docs-test] the page did not finish within {timeout:.0f} s"
-    return PageRun(returncode, output, seconds)
+    return PageRun(returncode, output, seconds, workdir, left)

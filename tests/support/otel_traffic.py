@@ -28,8 +28,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-__all__ = ["genai_spans", "http_span", "otlp_proto", "otlp_json", "otlp_json_dict", "chunks",
-           "span_ids", "recording_provider", "openai_app_spans", "make_instrumentor"]
+__all__ = ["genai_spans", "chat_span", "http_span", "otlp_proto", "otlp_json",
+           "otlp_json_dict", "chunks", "span_ids", "recording_provider", "openai_app_spans",
+           "make_instrumentor"]
 
 
 def recording_provider(service: str = "chat-app", version: str = "v1",
@@ -64,6 +65,19 @@ def genai_spans(outputs: Sequence[str], *, model: str = "gpt-test", service: str
             pass
     provider.shutdown()
     return list(exporter.get_finished_spans())
+
+
+def chat_span(attributes: dict[str, Any], *, events: Sequence[tuple[str, dict[str, Any]]] = (),
+              service: str = "chat-app", version: str = "v1") -> ReadableSpan:
+    """One client span with exactly these attributes and events: content of
+    whatever shape a test needs, recorded and encoded by the real SDK."""
+    provider, exporter = recording_provider(service, version)
+    with provider.get_tracer("guardrail-tests").start_as_current_span(
+            "chat", kind=SpanKind.CLIENT, attributes=attributes) as span:
+        for name, event_attributes in events:
+            span.add_event(name, event_attributes)
+    provider.shutdown()
+    return exporter.get_finished_spans()[0]
 
 
 def http_span(service: str = "chat-app", version: str = "v1") -> ReadableSpan:
