@@ -231,7 +231,7 @@ class WorkerSettings(BaseModel):
     exits at once. Nothing unfinished was acked, so those messages are redelivered."""
     web_port: int = Field(default=6066, ge=1, le=65535)
     """Port of the worker's web pages (``/health``, ``/metrics``, ``/rates``,
-    ``/dashboard``, ``/review``)."""
+    ``/dashboard``, ``/review`` and, with the review queue on, ``/agreement``)."""
     web_host: str = "127.0.0.1"
     """Address the web pages listen on: ``127.0.0.1`` keeps them on this machine,
     ``0.0.0.0`` serves every interface (in a container, say)."""

@@ -2,8 +2,9 @@
 
     folder = report_folder(Path("out"), "redteam")   # eval: out/eval/, beside redteam's
     summary = await run_batch(cases, settings=settings, output_dir=folder,
-                              progress=lambda done, total: ...)
+                              progress=lambda judged, not_judged, total: ...)
     code, reason = summary.gate()   # 0 pass, 1 unsafe, 3 not judged, 4 input incomplete
+    summary.nothing_judged()        # without the gate: (3, why) when no case was judged
 
 A case counts as judged only when every one of its metrics got a verdict; a
 metric without one is "not judged" and its reason is kept (grouped in
@@ -28,8 +29,8 @@ from .models import ITEM_FIELDS, Case, CostEstimate, RedteamMetrics, dumps
 from .settings import Settings
 
 __all__ = ["BatchSummary", "run_batch", "safe_filename", "case_report", "report_folder",
-           "GATE_EXIT_CODES", "EXIT_PASS", "EXIT_UNSAFE", "EXIT_NOT_JUDGED",
-           "EXIT_INPUT_INCOMPLETE"]
+           "fully_judged", "GATE_EXIT_CODES", "NOTHING_JUDGED_EXIT", "EXIT_PASS", "EXIT_UNSAFE",
+           "EXIT_NOT_JUDGED", "EXIT_INPUT_INCOMPLETE"]
 
 _UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -42,6 +43,11 @@ GATE_EXIT_CODES = {
     EXIT_INPUT_INCOMPLETE: "all judged SAFE, but input records skipped or no case at all",
     EXIT_PASS: "every case read and judged, every metric SAFE",
 }
+#: Without the gate, what makes a finished run exit non-zero: it read cases and
+#: judged none of them (the judge down or unreachable). It exits with the gate's
+#: "not judged" code, so a script never takes a run that judged nothing for a good one.
+NOTHING_JUDGED_EXIT = EXIT_NOT_JUDGED, "cases read, but none judged"
+
 #: ``run eval`` writes here inside ``--output-dir``, so that ``run redteam`` and
 #: ``run eval`` into one folder (as the spec's usage does) keep both sets of files.
 EVAL_SUBFOLDER = "eval"
@@ -83,7 +89,7 @@ class BatchSummary:
 
     def add(self, case_id: str, metrics: RedteamMetrics) -> None:
         self.cases += 1
-        complete = bool(metrics.metrics) and all(m.error is None for m in metrics.metrics)
+        complete = fully_judged(metrics)
         self.judged += complete
         self.not_judged += not complete
         for m in metrics.metrics:
@@ -127,6 +133,15 @@ class BatchSummary:
     def gate_exit_code(self) -> int:
         return self.gate()[0]
 
+    def nothing_judged(self) -> tuple[int, str] | None:
+        """``(EXIT_NOT_JUDGED, why)`` when the run read cases but judged none of
+        them, else None: the exit of a run without the gate. An input without any
+        case is the gate's business (exit 4), not this: nothing was left unjudged."""
+        if not self.cases or self.judged:
+            return None
+        return NOTHING_JUDGED_EXIT[0], (f"nothing judged: none of the {self.cases} case(s) "
+                                        "got a verdict for every metric")
+
     def cost_text(self) -> str:
         if self.cost.cost is None:
             return f"unknown (no price for '{self.judge_model}' in litellm's cost map)"
@@ -137,6 +152,11 @@ class BatchSummary:
         data["cost"] = self.cost.model_dump()
         data["not_judged_reasons"] = self.not_judged_reasons()
         return data
+
+
+def fully_judged(metrics: RedteamMetrics) -> bool:
+    """A case counts as judged only when every one of its metrics got a verdict."""
+    return bool(metrics.metrics) and all(m.error is None for m in metrics.metrics)
 
 
 def case_report(case: Case, metrics: RedteamMetrics) -> dict[str, Any]:
@@ -164,10 +184,12 @@ async def run_batch(
     report: str = "redteam",
     problems: list[InputProblem] | None = None,
     judge: Judge | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
 ) -> BatchSummary:
     """Judge cases concurrently (bounded by the judge's limit) and write files into
-    ``output_dir``; ``progress(done, total)`` is called as each case finishes."""
+    ``output_dir``; ``progress(judged, not_judged, total)`` is called as each case
+    finishes, counting cases judged (every metric got a verdict) apart from those
+    that were tried and not judged."""
     output_dir.mkdir(parents=True, exist_ok=True)
     cases = [(where, _named(case, where, i)) for i, (where, case) in enumerate(cases, 1)]
     done = await _judge_all(cases, settings=settings, judge=judge, progress=progress)
@@ -188,7 +210,7 @@ async def run_batch(
 
 
 async def _judge_all(cases: list[tuple[str, Case]], *, settings: Settings, judge: Judge | None,
-                     progress: Callable[[int, int], None] | None
+                     progress: Callable[[int, int, int], None] | None
                      ) -> dict[int, tuple[Case, RedteamMetrics]]:
     evaluator = build_evaluator(settings, judge=judge)
     gate = asyncio.Semaphore(max(1, settings.judge.concurrency))
@@ -199,12 +221,14 @@ async def _judge_all(cases: list[tuple[str, Case]], *, settings: Settings, judge
 
     tasks = [asyncio.create_task(judge_one(i, c)) for i, (_, c) in enumerate(cases, 1)]
     done: dict[int, tuple[Case, RedteamMetrics]] = {}
+    judged = 0
     try:
         for finished, task in enumerate(asyncio.as_completed(tasks), 1):
             index, case, metrics = await task
             done[index] = (case, metrics)
+            judged += fully_judged(metrics)
             if progress is not None:
-                progress(finished, len(tasks))
+                progress(judged, finished - judged, len(tasks))
     finally:
         # After a JudgeConfigError: stop the other cases before closing the judge.
         await cancel_and_wait(tasks)

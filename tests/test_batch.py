@@ -80,3 +80,32 @@ def test_eval_writes_beside_redteam_not_over_it():
     out = Path("out")
     assert report_folder(out, "redteam") == out
     assert report_folder(out, "eval") == out / "eval"
+
+
+@pytest.mark.parametrize("cases, code", [
+    ((DOWN_CASE, DOWN_CASE), EXIT_NOT_JUDGED),         # read, none judged
+    ((_case(_verdict("bias", safe=False), _error("toxicity", DOWN)),), EXIT_NOT_JUDGED),
+    ((SAFE_CASE, DOWN_CASE), None),                    # some judged: the gate's business
+    ((UNSAFE_CASE,), None),
+    ((), None),                                        # no case: nothing left unjudged
+])
+def test_without_the_gate_only_a_run_that_judged_no_case_fails(cases, code):
+    outcome = _summary(*cases).nothing_judged()
+    assert (outcome and outcome[0]) == code
+    if code is not None:
+        assert f"none of the {len(cases)} case(s)" in outcome[1]
+
+
+@pytest.mark.parametrize("address", [
+    "host 127.0.0.1:50167", "host judge.internal.example.com:8000", "host [::1]:8090",
+    "http://judge.internal.example.com:8000/v1/chat/completions"])
+def test_a_cut_reason_keeps_the_address_whole(address):
+    from guardrail.cli.batch import REASON_WIDTH, not_judged_line
+
+    head = "judge unavailable after 4 attempts: ClientConnectorError: Cannot connect to "
+    reason = head + address + " ssl:default [Connect call failed] " + "x" * 80
+    line = not_judged_line({reason: 2})
+    assert address in line and line.endswith("…)")
+    assert len(line) < len("metrics not judged: 2 ()") + REASON_WIDTH + len(address)
+    plain = "y" * 200  # no address in it: cut at the width, as before
+    assert not_judged_line({plain: 1}) == f"metrics not judged: 1 ({'y' * (REASON_WIDTH - 1)}…)"

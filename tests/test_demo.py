@@ -13,6 +13,7 @@ import time
 import pytest
 
 from guardrail.demo.display import alert_lines, excerpt, result_line
+from guardrail.local.rule_answers import BINARY, rule_verdict
 from guardrail.local.rule_judge import JudgeServer
 from guardrail.demo.runner import (WINDOW_SECONDS, alert_rule, load_samples, settings_env,
                                    stamp_samples)
@@ -62,6 +63,9 @@ def test_result_and_alert_lines_are_readable():
     lines = alert_lines(alert)
     assert lines[0] == "!! ALERT toxicity for model=m model_version=v2"
     assert "regression" in lines[1] and "6 of 8" in lines[2] and "e.g. a, b" in lines[2]
+    # Examples narrowed to the answers already on screen; none shown, none named.
+    assert alert_lines(alert, shown={"b", "c"})[2].endswith("; e.g. b")
+    assert alert_lines(alert, shown=set())[2].endswith("window from T")
 
 
 def test_evidence_excerpts_end_at_a_word_and_short_spans_stay_whole():
@@ -101,6 +105,39 @@ def _demo(args, extra_env=None, **kwargs):
                             **kwargs)
 
 
+def _rule_judge_table(samples):
+    """Per version and metric, from the rule judge's own rule and the samples'
+    truth labels: [UNSAFE verdicts, verdicts equal to the label, samples]."""
+    table = {}
+    for sample in samples:
+        for metric, label in sample["truth"].items():
+            verdict = rule_verdict(metric, {"output": sample["output"]}, BINARY,
+                                   reasoning=False)["verdict"]
+            row = table.setdefault(sample["version"], {}).setdefault(metric, [0, 0, 0])
+            row[0] += verdict == "UNSAFE"
+            row[1] += verdict.lower() == label
+            row[2] += 1
+    return table
+
+
+def _summary_lines_expected(samples):
+    return [f"  {version}: " + "  ".join(
+        f"{metric} {unsafe}/{n} unsafe, agree {agree}/{n}"
+        for metric, (unsafe, agree, n) in sorted(metrics.items()))
+        for version, metrics in sorted(_rule_judge_table(samples).items())]
+
+
+def _alerts_name_only_answers_shown_before(stdout):
+    shown = set()
+    for line in stdout.splitlines():
+        words = line.split("]", 1)[-1].split()
+        if len(words) >= 2 and words[0] in ("v1", "v2"):
+            shown.add(words[1])
+        elif "; e.g. " in line:
+            named = line.split("; e.g. ", 1)[1].split(", ")
+            assert set(named) <= shown, f"the alert names {named}, shown so far: {shown}"
+
+
 def _no_leftovers(summary):
     started = [p for p in summary["processes"]]
     assert {p["name"] for p in started} == {"broker", "worker"}
@@ -132,6 +169,13 @@ def test_demo_with_the_rule_judge_runs_end_to_end(tmp_path):
     # Progress as it happens: one line per result, then the alert.
     assert sum(" v1-" in line or " v2-" in line for line in stdout.splitlines()) >= len(samples)
     assert "!! ALERT toxicity" in stdout and "Traceback" not in stdout
+    _alerts_name_only_answers_shown_before(stdout)
+    # Beside what the judge said, how often that was what the truth labels say.
+    for line in _summary_lines_expected(samples):
+        assert line in stdout.splitlines(), f"{line!r} not in:\n{stdout}"
+    assert summary["agreement"] == {
+        version: {metric: {"agree": agree, "labelled": n} for metric, (_, agree, n) in
+                  metrics.items()} for version, metrics in _rule_judge_table(samples).items()}
     assert (out / "worker.log").exists() and (out / "broker.log").exists()
     # A log file is not a terminal: no colours, no spinner escape codes in it.
     assert "\x1b[" not in (out / "worker.log").read_text(errors="replace")

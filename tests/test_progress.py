@@ -118,3 +118,20 @@ def test_finish_is_idempotent():
     progress.finish()
     progress.update(40)
     assert log.getvalue().count("\n") == 1
+
+
+def test_items_tried_and_missed_are_not_counted_as_done():
+    clock, log = FakeClock(), io.StringIO()
+    with _progress(log, clock, interval=5.0, missed_label="not judged") as progress:
+        clock.now += 5
+        progress.update(4, missed=6)  # 10 tried in 5 s: 2/s, 30 left
+        assert log.getvalue() == "judged 4/40 cases (10%, 6 not judged)  2.0/s  ETA 0:15\n"
+        clock.now += 15
+        progress.update(4, missed=36)  # everything tried: the closing line is next
+    closing = "judged 4/40 cases (36 not judged) in 0:20 (2.0/s)"
+    assert log.getvalue().splitlines()[1:] == [closing]
+    tty = Terminal()
+    with _progress(tty, clock, missed_label="not judged") as progress:
+        clock.now += 1
+        progress.update(0, missed=40)  # all tried, none done: the line is complete
+    assert tty.getvalue().endswith("\rjudged 0/40 cases (0%, 40 not judged)  40.0/s  ETA 0:00\n")

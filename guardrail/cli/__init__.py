@@ -3,6 +3,10 @@
     guardrail estimate redteam --input cases.jsonl --limit 5
     guardrail run redteam --input cases.jsonl --output-dir out/ --fail-on-unsafe
     guardrail worker            # the streaming guardrail on Kafka
+
+The ``nexagauge`` alias exists because the judging contract's spec
+(``redteam-node.md``) writes its command lines as ``nexagauge estimate redteam …``
+and ``nexagauge run redteam …``; with the alias they run as written.
 """
 
 from __future__ import annotations
@@ -17,10 +21,16 @@ from .batch import estimate_group, run_group
 __all__ = ["main", "cli"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]},
+             short_help="Score LLM outputs for safety with LLM judges.")
 @click.version_option(package_name="guardrail")
 def cli() -> None:
-    """Score LLM outputs for safety risk with rubric-based LLM judging."""
+    """Score LLM outputs for safety risk with rubric-based LLM judging.
+
+    Also installed as `nexagauge`, because the judging contract's spec writes its
+    command lines as `nexagauge estimate redteam …` and `nexagauge run redteam …`:
+    with the alias they run as written.
+    """
 
 
 cli.add_command(run_group)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,8 @@ import click
 import orjson
 
 from .._litellm import cached_input_price
-from ..batch import EXIT_PASS, GATE_EXIT_CODES, BatchSummary, report_folder, run_batch
+from ..batch import (EXIT_PASS, GATE_EXIT_CODES, NOTHING_JUDGED_EXIT, BatchSummary,
+                     report_folder, run_batch)
 from ..estimate import estimate_cases
 from ..evaluate import build_evaluator
 from ..formats import build_decoder
@@ -93,7 +95,7 @@ def _input_option(func: Any) -> Any:
                         help="Cases as a JSON object, a JSON array or JSON Lines.")(func)
 
 
-@click.group("run")
+@click.group("run", short_help="Judge a file of cases; write results and a summary.")
 def run_group() -> None:
     """Judge cases and write per-case JSON plus a summary."""
 
@@ -104,20 +106,23 @@ def _exit_codes_help() -> str:
              2: "usage, settings or input file error"}
     lines.update({code: f"{text} (--fail-on-unsafe)" for code, text in GATE_EXIT_CODES.items()
                   if code != EXIT_PASS})
+    code, text = NOTHING_JUDGED_EXIT
+    lines[code] += f"; without it: {text}"
     return "\n".join(["\b", "Exit codes:", *(f"  {code}  {lines[code]}" for code in sorted(lines)),
                       "When several apply, the first of 1, 3, 4 wins."])
 
 
-def _run_command(name: str, report: str, help_text: str) -> click.Command:
-    @click.command(name, help=help_text, epilog=_exit_codes_help())
+def _run_command(name: str, report: str, short_help: str, help_text: str) -> click.Command:
+    @click.command(name, short_help=short_help, help=help_text, epilog=_exit_codes_help())
     @_input_option
     @click.option("--output-dir", required=True, type=click.Path(file_okay=False),
                   help="Folder for <case_id>.json files and summary.json (run eval writes "
                        "into its eval/ subfolder, so both runs can share one folder).")
     @click.option("--fail-on-unsafe", is_flag=True,
                   help="Deployment gate: exit 1 if any metric is UNSAFE, else 3 if any could "
-                       "not be judged, else 4 if input records were skipped or nothing was "
-                       "judged; 0 only when every case was read and judged SAFE.")
+                       "not be judged, else 4 if input records were skipped or the input held "
+                       "no case; 0 only when every case was read and judged SAFE. Without it, "
+                       "a run exits 0 once finished, or 3 when it judged none of its cases.")
     @click.option("--quiet", is_flag=True, help="No progress line.")
     @input_format_options
     @settings_options
@@ -127,34 +132,59 @@ def _run_command(name: str, report: str, help_text: str) -> click.Command:
         read = read_input_file(input_path, settings, limit=limit)
         cases, problems = read.cases, read.problems
         folder = report_folder(Path(output_dir), report)
-        with Progress("judged", unit="cases", total=len(cases),
+        with Progress("judged", unit="cases", total=len(cases), missed_label="not judged",
                       enabled=not quiet and bool(cases)) as progress:
             summary = asyncio.run(run_batch(
                 cases, settings=settings, output_dir=folder, report=report,
-                problems=problems, progress=progress.update))
+                problems=problems, progress=lambda judged, not_judged, total:
+                progress.update(judged, total, missed=not_judged)))
         _print_summary(summary, folder)
-        if fail_on_unsafe:
-            code, reason = summary.gate()
-            click.echo(f"gate: exit {code}: {reason}", err=True)
-            sys.exit(code)
+        _exit(summary, fail_on_unsafe)
 
     return command
 
 
+def _exit(summary: BatchSummary, fail_on_unsafe: bool) -> None:
+    """The gate's exit code with --fail-on-unsafe; without it, 0 unless the run
+    judged none of its cases."""
+    if fail_on_unsafe:
+        code, reason = summary.gate()
+        click.echo(f"gate: exit {code}: {reason}", err=True)
+        sys.exit(code)
+    nothing = summary.nothing_judged()
+    if nothing is not None:
+        code, reason = nothing
+        click.echo(f"exit {code}: {reason}", err=True)
+        sys.exit(code)
+
+
 run_group.add_command(_run_command(
-    "redteam", "redteam", "Judge safety metrics; one RedteamMetrics JSON per case."))
+    "redteam", "redteam", "Judge cases; one RedteamMetrics JSON per case.",
+    "Judge safety metrics; one RedteamMetrics JSON per case."))
 run_group.add_command(_run_command(
-    "eval", "eval", "Full per-case report: case identity, fields and every metric branch."))
+    "eval", "eval", "Judge cases into full per-case reports.",
+    "Full per-case report: case identity, fields and every metric branch."))
 
 #: Reasons longer than this are cut on the console (summary.json keeps them whole).
 REASON_WIDTH = 90
 #: Reason groups shown on the console; the rest are counted.
 REASON_GROUPS = 4
+#: What a cut must not split: a URL, or a host:port (IPv4, a name, [IPv6]).
+_ADDRESS = re.compile(r"[a-z][a-z0-9+.-]*://\S+|(?:\[[0-9a-fA-F:]+\]|[\w.-]+):\d{1,5}\b")
 
 
 def _reason_text(reason: str) -> str:
+    """The reason, cut to about REASON_WIDTH characters; an address the cut would
+    split is kept whole (``127.0.0.…`` names no judge to check)."""
     text = reason.removeprefix("not judged: ")  # the line already says so
-    return text if len(text) <= REASON_WIDTH else text[:REASON_WIDTH - 1].rstrip() + "…"
+    if len(text) <= REASON_WIDTH:
+        return text
+    cut = REASON_WIDTH - 1
+    for address in _ADDRESS.finditer(text):
+        if address.start() < cut < address.end():
+            cut = address.end()
+            break
+    return text if cut >= len(text) else text[:cut].rstrip() + "…"
 
 
 def not_judged_line(reasons: dict[str, int]) -> str:
@@ -196,7 +226,7 @@ def estimate_group() -> None:
     """Price a run without calling the judge."""
 
 
-@estimate_group.command("redteam")
+@estimate_group.command("redteam", short_help="Price judging a file of cases, offline.")
 @_input_option
 @click.option("--sample-rate", type=click.FloatRange(0.0, 1.0), default=1.0, show_default=True,
               help="Share of cases that will be judged (0-1); multiplies calls and cost.")

@@ -39,7 +39,7 @@ def _parse_target(_ctx: click.Context, _param: click.Parameter, value: str) -> T
         raise click.BadParameter(str(exc)) from None
 
 
-@click.command("calibrate")
+@click.command("calibrate", short_help="Measure a judge on labelled cases; set thresholds.")
 @click.option("--labels", "labels_path", type=click.Path(exists=True, dir_okay=False,
                                                          path_type=Path),
               help='JSON Lines of {"output", "label": "unsafe"|"safe", "metric"} '

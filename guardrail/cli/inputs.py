@@ -35,12 +35,12 @@ __all__ = ["inputs_group"]
 _EXCERPT = 72
 
 
-@click.group("inputs")
+@click.group("inputs", short_help="Check how input records become cases.")
 def inputs_group() -> None:
     """Check how input records become cases (input_format, input_mapping)."""
 
 
-@inputs_group.command("check")
+@inputs_group.command("check", short_help="Show the cases each input record yields.")
 @click.argument("path", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option("--topic", help="Read a sample of this Kafka topic instead of a file.")
 @click.option("--max", "limit", type=click.IntRange(min=1), default=20, show_default=True,

@@ -24,12 +24,12 @@ from .batch import settings_from_flags, settings_options
 __all__ = ["labels_group"]
 
 
-@click.group("labels")
+@click.group("labels", short_help="Export the reviewers' labels.")
 def labels_group() -> None:
     """The reviewers' labels (the labels topic of the review queue)."""
 
 
-@labels_group.command("export")
+@labels_group.command("export", short_help="Write the labels as calibrate's labelled cases.")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Where the JSON Lines go ('-': standard output).")
 @click.option("--topic", help="The labels topic (default: the labels_topic setting).")

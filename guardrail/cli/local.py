@@ -23,7 +23,7 @@ def judge_group() -> None:
     """Run a judge locally."""
 
 
-@judge_group.command("serve")
+@judge_group.command("serve", short_help="Serve a GGUF model as a local OpenAI-style judge.")
 @click.option("--model-path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Any GGUF chat model (default: the demo model from guardrail[local]).")
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
@@ -47,7 +47,7 @@ def serve_command(model_path: Path | None, port: int, parallel: int, context: in
           options=ServerOptions(parallel=parallel, context=context, threads=threads))
 
 
-@click.command("demo")
+@click.command("demo", short_help="Broker, judge, worker and sample traffic, offline.")
 @click.option("--judge", "judge_kind", type=click.Choice(["auto", "local", "rules", "configured"]),
               default="auto", show_default=True,
               help="auto: the configured judge if GUARDRAIL_JUDGE_MODEL/--model is set, else "

@@ -6,6 +6,12 @@ It shows done/total, the rate and an ETA on stderr::
         for done, _ in enumerate(work, 1):
             progress.update(done)            # or update(done, total) when total grows
 
+Items tried and not done (``run``: cases the judge could not judge) are counted
+apart, so the line never calls them done::
+
+    with Progress("judged", unit="cases", total=2, missed_label="not judged") as progress:
+        progress.update(0, missed=2)         # judged 0/2 cases (0%, 2 not judged) ...
+
 On a terminal it redraws a single line (at most ``redraw`` times a second).
 Elsewhere (CI logs, ``nohup``, a pipe) it writes a plain line every ``interval``
 seconds, so a long run still shows it is alive, plus one closing line with the
@@ -42,8 +48,11 @@ class Progress:
 
     def __init__(self, label: str, *, unit: str = "", total: int | None = None,
                  enabled: bool = True, stream: TextIO | None = None, interval: float = 5.0,
-                 redraw: float = 0.1, clock: Callable[[], float] = time.monotonic) -> None:
+                 redraw: float = 0.1, clock: Callable[[], float] = time.monotonic,
+                 missed_label: str = "missed") -> None:
         self.label, self.unit, self.total = label, unit, total
+        #: Items tried and not done, shown as "N <missed_label>" once there are any.
+        self.missed, self.missed_label = 0, missed_label
         self.enabled = enabled
         self.stream = stream if stream is not None else sys.stderr
         self.tty = enabled and _isatty(self.stream)
@@ -64,15 +73,18 @@ class Progress:
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self.finish(failed=exc_type is not None)
 
-    def update(self, done: int, total: int | None = None) -> None:
-        """``done`` items of ``total`` (kept from before when not given)."""
+    def update(self, done: int, total: int | None = None, *, missed: int | None = None) -> None:
+        """``done`` items of ``total`` (kept from before when not given), and
+        ``missed``: items tried and not done (kept from before when not given)."""
         self.done = done
         if total is not None:
             self.total = total
+        if missed is not None:
+            self.missed = missed
         if not self.enabled or self._finished:
             return
         now = self.clock()
-        complete = self.total is not None and done >= self.total
+        complete = self.total is not None and self._tried >= self.total
         if self.tty and (complete or now - self._last_shown >= self.every):
             self._last_shown = now
             self._draw(self.line(now))
@@ -98,35 +110,45 @@ class Progress:
             self.stream.write(self.closing_line() + "\n")
         self.stream.flush()
 
+    @property
+    def _tried(self) -> int:
+        return self.done + self.missed
+
     def rate(self, now: float | None = None) -> float | None:
-        """Items per second so far (None before the first second's worth of data)."""
+        """Items tried per second so far (None before any item); missed ones count:
+        they took the time too, so the ETA holds."""
         elapsed = (self.clock() if now is None else now) - self.started
-        return self.done / elapsed if elapsed > 0 and self.done else None
+        return self._tried / elapsed if elapsed > 0 and self._tried else None
+
+    def _missed_text(self) -> str:
+        return f"{self.missed} {self.missed_label}" if self.missed else ""
 
     def line(self, now: float | None = None) -> str:
         """``judged 12/40 cases (30%)  2.4/s  ETA 0:12``"""
         now = self.clock() if now is None else now
         unit = f" {self.unit}" if self.unit else ""
-        if self.total is None:
-            count = f"{self.done}{unit}"
-        else:
-            percent = f" ({self.done / self.total:.0%})" if self.total else ""
-            count = f"{self.done}/{self.total}{unit}{percent}"
+        notes = [f"{self.done / self.total:.0%}"] if self.total else []
+        notes += [self._missed_text()] if self.missed else []
+        notes_text = f" ({', '.join(notes)})" if notes else ""
+        total = "" if self.total is None else f"/{self.total}"
+        count = f"{self.done}{total}{unit}{notes_text}"
         rate = self.rate(now)
         if rate is None:
             return f"{self.label} {count}  ETA --"
         eta = "" if self.total is None else \
-            f"  ETA {format_duration(max(0, self.total - self.done) / rate)}"
+            f"  ETA {format_duration(max(0, self.total - self._tried) / rate)}"
         return f"{self.label} {count}  {rate:.1f}/s{eta}"
 
     def closing_line(self) -> str:
-        """``judged 40/40 cases in 0:17 (2.4/s)``"""
+        """``judged 40/40 cases in 0:17 (2.4/s)``; ``judged 0/2 cases (2 not judged) in …``"""
         elapsed = self.clock() - self.started
         unit = f" {self.unit}" if self.unit else ""
         total = "" if self.total is None else f"/{self.total}"
+        missed = f" ({self._missed_text()})" if self.missed else ""
         rate = self.rate()
         speed = f" ({rate:.1f}/s)" if rate is not None else ""
-        return f"{self.label} {self.done}{total}{unit} in {format_duration(elapsed)}{speed}"
+        return (f"{self.label} {self.done}{total}{unit}{missed} in "
+                f"{format_duration(elapsed)}{speed}")
 
     def _draw(self, text: str) -> None:
         # Pad over a longer previous line instead of a terminal escape code.

@@ -18,6 +18,7 @@ from ..kafka.io import produce_records, tail_records
 from ..kafka.topics import ensure_topics
 from ..stream.envelope import parse_event_time
 from .batch import input_format_options, settings_from_flags, settings_options
+from .options import setting_option
 from .progress import Progress
 
 if TYPE_CHECKING:  # replay pulls in the judge (litellm): imported when the command runs
@@ -26,8 +27,9 @@ if TYPE_CHECKING:  # replay pulls in the judge (litellm): imported when the comm
 __all__ = ["register"]
 
 
-@click.command("broker")
-@click.option("--port", type=int, default=DEFAULT_PORT, show_default=True)
+@click.command("broker", short_help="Run the embedded development Kafka broker.")
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+              help="Port on 127.0.0.1 the broker listens on (0 picks a free one).")
 def broker_command(port: int) -> None:
     """Run the embedded Kafka-compatible broker (Tansu, in memory) in the foreground."""
     broker = EmbeddedBroker(port).start()
@@ -59,23 +61,39 @@ def _settings(bootstrap_servers: str | None, **flags: Any) -> Any:
     return settings_from_flags(bootstrap_servers=bootstrap_servers, **flags)
 
 
-@click.command("worker")
+#: What ``--loglevel`` accepts: the level names Python's logging knows, as both
+#: ``logging.basicConfig`` and Faust's worker (mode's ``setup_logging``) take them.
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+@click.command("worker", short_help="Run the streaming worker (Faust) until SIGTERM.")
 @_stream_options
 @input_format_options
-@click.option("--web-port", type=int, help="Port of /rates, /health, /metrics.")
-@click.option("--loglevel", default="info", show_default=True)
-def worker_command(web_port: int | None, loglevel: str, **flags: Any) -> None:
-    """Run the streaming guardrail worker (Faust) until SIGTERM."""
+@setting_option("--input-topic", "input_topic",
+                help="Topic of the model outputs to judge (setting input_topic).")
+@setting_option("--results-topic", "results_topic",
+                help="Topic of the results, one per judged message (setting results_topic).")
+@setting_option("--web-port", "web_port", type=click.IntRange(1, 65535),
+                help="Port of the worker's HTTP pages: /health, /metrics, /rates, /dashboard, "
+                     "/review and, with the review queue on, /agreement (setting web_port).")
+@click.option("--loglevel", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="info",
+              show_default=True, help="Log level of the worker and of Faust.")
+def worker_command(input_topic: str | None, results_topic: str | None, web_port: int | None,
+                   loglevel: str, **flags: Any) -> None:
+    """Run the streaming guardrail worker (Faust) until SIGTERM: judge each record of
+    the input topic, publish results, windowed rates and alerts."""
     from ..agents import build_app, run_worker
 
-    settings = _settings(web_port=web_port, **flags)
+    settings = _settings(input_topic=input_topic, results_topic=results_topic,
+                         web_port=web_port, **flags)
     logging.basicConfig(level=loglevel.upper())
     run_worker(build_app(settings), loglevel=loglevel)
 
 
-@click.command("produce")
+@click.command("produce", short_help="Publish cases from JSON / JSONL, keyed by case_id.")
 @_stream_options
-@click.option("--input", "input_path", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--input", "input_path", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Cases as a JSON object, a JSON array or JSON Lines.")
 @click.option("--topic", help="Default: the input topic (model-outputs).")
 def produce_command(input_path: str, topic: str | None, **flags: Any) -> None:
     """Publish cases from JSON / JSONL, keyed by case_id."""
@@ -93,7 +111,8 @@ def produce_command(input_path: str, topic: str | None, **flags: Any) -> None:
 @click.command("tail")
 @_stream_options
 @click.option("--topic", help="Default: the results topic (redteam-results).")
-@click.option("--from-beginning/--latest", default=True, show_default=True)
+@click.option("--from-beginning/--latest", default=True, show_default=True,
+              help="Start at the topic's first record, or only print new ones.")
 @click.option("--idle-timeout", type=float, help="Stop after this many idle seconds.")
 @click.option("--max", "limit", type=int, help="Stop after this many records.")
 def tail_command(topic: str | None, from_beginning: bool, idle_timeout: float | None,
@@ -113,7 +132,7 @@ def tail_command(topic: str | None, from_beginning: bool, idle_timeout: float | 
         pass
 
 
-@click.command("rates")
+@click.command("rates", short_help="Show the consumer group's windowed unsafe rates.")
 @_stream_options
 @click.option("--app-id", "--group", "app_id",
               help="Consumer group (the workers' app id) to show; default: GUARDRAIL_APP_ID.")

@@ -5,6 +5,9 @@
 
 - :mod:`.runner` starts and stops the processes and tells the story;
 - :mod:`.display` formats results and alerts for the terminal;
+- :mod:`.screen` prints them in reading order (an alert after the answers it names);
+- :mod:`.judge_status` says what the local judge does before its first verdict;
+- :mod:`.truth` compares the verdicts with the samples' truth labels;
 - ``samples.jsonl`` holds the built-in answers of two assistant versions.
 
 Its Kafka side (publish, follow) is :mod:`guardrail.kafka.demo_stream`.

@@ -2,14 +2,16 @@
 
     result_line(record)   # "v1  v1-refund  bias=SAFE  toxicity=UNSAFE ('idiot')"
     alert_lines(alert)    # ["!! ALERT toxicity for model=shop-assistant", ...]
+    alert_lines(alert, shown={"v2-refund"})   # examples: only answers already on screen
     excerpt("Read the manual before you ask again, you idiot")  # "Read the manual before you…"
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
-__all__ = ["result_line", "alert_lines", "excerpt", "EXCERPT_CHARS"]
+__all__ = ["result_line", "alert_lines", "example_ids", "excerpt", "EXCERPT_CHARS"]
 
 #: Longest evidence excerpt on a result line; longer spans end at a word with "…".
 EXCERPT_CHARS = 40
@@ -46,13 +48,20 @@ def result_line(record: dict[str, Any]) -> str:
     return f"{version:<3} {str(record.get('case_id'))[:24]:<24} {metrics}"
 
 
-def alert_lines(alert: dict[str, Any]) -> list[str]:
-    """A readable alert: what, for whom, why, and example cases."""
+def example_ids(alert: dict[str, Any]) -> list[str]:
+    """The case ids the alert gives as examples."""
+    return [str(e.get("case_id")) for e in alert.get("examples") or []]
+
+
+def alert_lines(alert: dict[str, Any], shown: Collection[str] | None = None) -> list[str]:
+    """A readable alert: what, for whom, why, and example cases; with ``shown``,
+    only the examples among those case ids (answers whose line the reader has seen)."""
     group = " ".join(f"{k}={v}" for k, v in (alert.get("group") or {}).items() if v != "-")
     counts = alert.get("counts") or {}
-    examples = ", ".join(str(e.get("case_id")) for e in alert.get("examples") or [])
+    examples = [e for e in example_ids(alert) if shown is None or e in shown]
     lines = [f"!! ALERT {alert.get('metric')} for {group}"]
     lines += [f"   {reason}" for reason in alert.get("reasons") or []]
     lines.append(f"   {counts.get('unsafe')} of {counts.get('judged')} judged unsafe in the "
-                 f"window from {(alert.get('window') or {}).get('start')}; e.g. {examples}")
+                 f"window from {(alert.get('window') or {}).get('start')}"
+                 + (f"; e.g. {', '.join(examples)}" if examples else ""))
     return lines

@@ -34,7 +34,9 @@ from ..errors import ConfigError, GuardrailError
 from ..kafka.broker import EmbeddedBroker
 from ..kafka.demo_stream import DemoStream
 from ..settings import AlertRule, Settings, settings_env
-from .display import alert_lines, result_line
+from .judge_status import JudgeWatch
+from .screen import Screen
+from .truth import JUDGE_NOTES, agreement
 
 __all__ = ["DemoOptions", "Demo", "load_samples", "settings_env", "JUDGES"]
 
@@ -120,10 +122,16 @@ class Demo:
     echo: Echo = print
     children: list[Child] = field(default_factory=list)
     _rule_server: Any = None
+    #: Which judge runs ("local", "rules", "configured"), once started.
+    _judge_kind: str | None = None
     #: The local judge's api_base, and its speed read just before it stops.
     _local_api_base: str | None = None
     _local_speed: dict[str, float] | None = None
     started: float = field(default_factory=time.monotonic)
+    screen: Screen = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.screen = Screen(self._say)
 
     @property
     def out(self) -> Path:
@@ -140,12 +148,14 @@ class Demo:
         # Raised where the loop runs, KeyboardInterrupt always ends asyncio.run.
         previous_int = signal.signal(signal.SIGINT, _interrupt)
         stream: DemoStream | None = None
+        watch: JudgeWatch | None = None
         try:
             settings = self._start_services()
-            stream = DemoStream(settings, echo=self._say, show=self._show,
+            stream = DemoStream(settings, echo=self._say, show=self.screen.show,
                                 children=self.children,
                                 idle_timeout=self.options.idle_timeout,
                                 alert_timeout=self.options.alert_timeout)
+            watch = self._watch_local_judge()
             complete = stream.run(stamp_samples(load_samples(), time.time()),
                                   BASELINE, CANDIDATE)
             code = 0 if complete else 1
@@ -156,15 +166,25 @@ class Demo:
             self.echo(f"error: {exc}")
             code = 2
         finally:
+            if watch is not None:
+                watch.stop()
+            self.screen.flush()  # an alert still waiting for its examples' lines
             self._stop_all()
             signal.signal(signal.SIGTERM, previous)
             signal.signal(signal.SIGINT, previous_int)
         self._write_summary(stream, code)
         return code
 
-    def _show(self, kind: str, record: dict[str, Any]) -> None:
-        for line in alert_lines(record) if kind == "alert" else [result_line(record)]:
-            self._say(line)
+    def _watch_local_judge(self) -> JudgeWatch | None:
+        """With the local model: say what it does until the first verdict is on screen
+        (its first prompt takes long on a small CPU)."""
+        if self._local_api_base is None:
+            return None
+        from ..local.server import judge_activity
+
+        api_base = self._local_api_base
+        return JudgeWatch(read=lambda: judge_activity(api_base), say=self._say,
+                          done=lambda: bool(self.screen.shown)).start()
 
     def _say(self, text: str) -> None:
         self.echo(f"[{time.monotonic() - self.started:6.1f}s] {text}")
@@ -201,7 +221,7 @@ class Demo:
         return child
 
     def _start_judge(self) -> dict[str, Any]:
-        kind = _judge_kind(self.options.judge, self.settings)
+        kind = self._judge_kind = _judge_kind(self.options.judge, self.settings)
         if kind == "rules":
             from ..local.rule_judge import JudgeServer
 
@@ -271,6 +291,8 @@ class Demo:
                                   "returncode": c.process.returncode} for c in self.children],
                    **({"local_judge": self._local_speed} if self._local_speed else {}),
                    **(stream.summary() if stream is not None else {})}
+        if stream is not None:
+            summary["agreement"] = agreement(stream.results, load_samples())
         (self.out / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
         if stream is None:
             self.echo(f"summary and logs: {self.out}/")
@@ -282,12 +304,17 @@ class Demo:
     def _print_table(self, summary: dict[str, Any]) -> None:
         self.echo(f"summary ({summary.get('judge_model')}, {summary.get('results')}/"
                   f"{summary.get('expected')} answers judged in {summary['seconds']}s):")
+        truth = summary.get("agreement") or {}
         for version, metrics in sorted(summary.get("by_version", {}).items()):
-            cells = "  ".join(f"{name} {row['unsafe']}/{row['judged']} unsafe"
-                              + (f" ({row['errors']} errors)" if row["errors"] else "")
+            cells = "  ".join(_summary_cell(name, row, truth.get(version, {}).get(name))
                               for name, row in sorted(metrics.items()))
             self.echo(f"  {version}: {cells}")
+        if truth:
+            self.echo("  agree: verdicts equal to the truth labels of the demo's samples")
         self.echo(f"  alerts: {len(summary.get('alerts', []))}")
+        note = JUDGE_NOTES.get(self._judge_kind or "")
+        if note:
+            self.echo(f"  {note}")
         speed = summary.get("local_judge")
         if speed:
             self.echo(f"  local judge (llama.cpp): prefill {speed['prefill_tokens_per_s']} "
@@ -295,6 +322,14 @@ class Demo:
                       f"{speed['prompt_tokens_read']:.0f} prompt tokens read, "
                       f"{speed['prompt_tokens_cached']:.0f} reused from its prompt cache, "
                       f"{speed['tokens_generated']:.0f} generated")
+
+
+def _summary_cell(name: str, row: dict[str, int], truth: dict[str, int] | None) -> str:
+    """``toxicity 6/8 unsafe, agree 7/8``: what the judge said, and how often that
+    was what the sample's truth label says."""
+    agree = f", agree {truth['agree']}/{truth['labelled']}" if truth else ""
+    errors = f" ({row['errors']} errors)" if row["errors"] else ""
+    return f"{name} {row['unsafe']}/{row['judged']} unsafe{agree}{errors}"
 
 
 def _every(seconds: float, action: Callable[[float], None]) -> Callable[[float], None]:

@@ -34,7 +34,7 @@ from ..errors import ConfigError
 from .model import INSTALL_HINT
 
 __all__ = ["LocalJudgeServer", "ServerOptions", "serve", "LOCAL_JUDGE_MODEL", "judge_settings",
-           "require_runtime", "judge_speed"]
+           "require_runtime", "judge_speed", "judge_activity"]
 
 #: The litellm model string for the local server (llama.cpp ignores the name).
 LOCAL_JUDGE_MODEL = "openai/local-judge"
@@ -91,6 +91,12 @@ def _params(xlc: Any, model_path: Path, host: str, port: int, options: ServerOpt
     params.endpoint_slots = False
     # /metrics: prompt and generation speed, read by `guardrail demo` (loopback only).
     params.endpoint_metrics = True
+    # Prompts are read in batches of this many tokens, and /metrics moves once per
+    # batch: with llama.cpp's 2,048 both slots' first prompts (~1,500 tokens in the
+    # demo, 20-30 s on 2 cores) are one batch, and the demo could show no progress
+    # through them. 512 is the micro-batch llama.cpp computes in anyway (n_ubatch),
+    # so reading costs the same.
+    params.n_batch = 512
     # A slot is reused for a prompt only when they share most of their prefix,
     # so bias and toxicity prompts settle in different slots (the default 0.1
     # lets the shared system prompt pull both metrics into one slot).
@@ -106,19 +112,42 @@ def judge_speed(api_base: str, timeout: float = 5.0) -> dict[str, float] | None:
     llama.cpp's ``/metrics``: prefill and decode tokens per second (cached
     prompt tokens excluded: they are not read again), token counts, and how
     many prompt tokens came from the prompt cache. None if unavailable."""
-    url = api_base.rstrip("/").removesuffix("/v1") + "/metrics"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # loopback only
-            text = response.read().decode("utf-8", "replace")
-    except (OSError, ValueError):
+    c = _counters(api_base, timeout)
+    if c is None:
         return None
-    c = {name: float(value) for name, value in _COUNTER.findall(text)}
     prompt, predicted = c.get("prompt_tokens_total", 0.0), c.get("tokens_predicted_total", 0.0)
     prompt_s, predicted_s = c.get("prompt_seconds_total"), c.get("tokens_predicted_seconds_total")
     return {"prefill_tokens_per_s": round(prompt / prompt_s, 1) if prompt_s else 0.0,
             "decode_tokens_per_s": round(predicted / predicted_s, 1) if predicted_s else 0.0,
             "prompt_tokens_read": prompt, "prompt_tokens_cached":
                 c.get("prompt_tokens_cached_total", 0.0), "tokens_generated": predicted}
+
+
+def judge_activity(api_base: str, timeout: float = 2.0) -> dict[str, float | None] | None:
+    """What the local judge is doing now, from llama.cpp's ``/metrics``: calls in
+    progress, prompt tokens of finished prompts and the seconds spent reading them,
+    and ``tokens_in_slot``, the most tokens a slot has held. Until the first prompt
+    is read, that is how far its reading got (it moves once per batch of
+    ``n_batch`` tokens); None when this llama.cpp does not report it. None when
+    ``/metrics`` does not answer."""
+    c = _counters(api_base, timeout)
+    if c is None:
+        return None
+    return {"requests_processing": c.get("requests_processing", 0.0),
+            "prompt_tokens_read": c.get("prompt_tokens_total", 0.0),
+            "prompt_seconds": c.get("prompt_seconds_total", 0.0),
+            "tokens_in_slot": c.get("n_tokens_max")}
+
+
+def _counters(api_base: str, timeout: float) -> dict[str, float] | None:
+    """llama.cpp's ``/metrics`` as name → value (``llamacpp:`` prefix dropped)."""
+    url = api_base.rstrip("/").removesuffix("/v1") + "/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # loopback only
+            text = response.read().decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return None
+    return {name: float(value) for name, value in _COUNTER.findall(text)}
 
 
 class LocalJudgeServer:
