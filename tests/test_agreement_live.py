@@ -66,14 +66,18 @@ def _labels(items: list[dict], truth: dict[str, str]) -> list[tuple]:
     return records
 
 
-def _row(port: int, window_start: str, *, reviewed: int, timeout: float = 40) -> dict:
-    """The toxicity row of a window once it holds ``reviewed`` labels and its observed rate."""
+def _row(port: int, window_start: str, *, reviewed: int, judged: int = 30,
+         timeout: float = 40) -> dict:
+    """The toxicity row of a window once it holds ``reviewed`` labels and its
+    observed rate over ``judged`` judgments (the windows are counted a moment
+    after the results are out: wait for all of them, not the first)."""
     deadline = time.monotonic() + timeout
     rows: list = []
     while time.monotonic() < deadline:
         rows = json.loads(_get(port, "/agreement?metric=toxicity"))["agreement"]
         found = [r for r in rows if r["window_start"] == window_start]
-        if found and found[0]["reviewed"] == reviewed and found[0]["observed_judged"]:
+        if found and found[0]["reviewed"] == reviewed and \
+                found[0]["observed_judged"] >= judged:
             return found[0]
         time.sleep(0.5)
     raise AssertionError(f"no complete row for {window_start}: {rows}")
