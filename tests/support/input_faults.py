@@ -167,7 +167,9 @@ BAD_INPUTS: list[tuple[str, bytes, str]] = [
     ("missing output", b'{"case_id": "m"}', "output is required"),
     ("empty output", b'{"case_id": "e", "output": ""}', "output is required"),
     ("wrong types", b'{"case_id": "t", "output": ["a"]}', "invalid case: output"),
-    ("10 MB output", b'{"case_id": "big", "output": "' + b"a" * 10_000_000 + b'"}',
+    # Over max_message_bytes (1,000,000) yet under Apache Kafka's default record
+    # limit (1,048,588): a larger record would never reach a consumer there.
+    ("1 MB output", b'{"case_id": "big", "output": "' + b"a" * 1_020_000 + b'"}',
      "over the limit"),
     ("10,000 nested arrays", _nested(10_000), "not valid JSON"),
     ("unknown scoring_mode", b'{"output": "x", "redteam": {"scoring_mode": "x"}}',
