@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "version":
             print(kafka_version())
         elif args.command == "fetch":
-            print(fetch(quiet=False))
+            print(fetch())
         elif args.command == "stop":
             print("stopped" if _stop_detached(args.dir) else f"no broker.pid in {args.dir}")
         else:

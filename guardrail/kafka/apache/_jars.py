@@ -64,7 +64,8 @@ def fetch(*, quiet: bool = True) -> Path:
         raise KafkaUnavailable("no mvn on PATH to fetch Apache Kafka's jars "
                                "(apt-get install maven)")
     target.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([mvn, "-B", *(["-q"] if quiet else []), "-f", str(POM),
+    done = subprocess.run([mvn, "-B", "-Dstyle.color=never", *(["-q"] if quiet else []),
+                           "-f", str(POM),
                            "dependency:copy-dependencies", f"-DoutputDirectory={target}",
                            "-DincludeScope=runtime"], capture_output=quiet, text=True)
     if done.returncode != 0:
