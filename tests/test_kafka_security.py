@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import urllib.request
 
+import bcrypt
 import pytest
-from support.harness import StreamEnv
-from support.topics import create_topic
+from support.harness import StreamEnv, poll, produce
 
 from guardrail._processes import free_port
 from guardrail.kafka.apache import (
@@ -21,6 +22,7 @@ from guardrail.kafka.apache import (
     make_tls_files,
     unavailable_reason,
 )
+from guardrail.review import LabelRecord, ReviewItem
 
 pytestmark = [pytest.mark.apache_kafka, pytest.mark.timeout(300)]
 
@@ -72,6 +74,27 @@ def _tail(env: StreamEnv, topic: str, n: int) -> list[dict]:
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
+def _review_on(env: StreamEnv, tmp_path) -> tuple[str, str]:
+    """Every result to the review queue; (review topic, labels topic)."""
+    users = tmp_path / "users"
+    users.write_text("ana:" + bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode() + "\n")
+    topics = env.topic("input") + "-review", env.topic("input") + "-labels"
+    env.env.update({"GUARDRAIL_REVIEW_USERS_FILE": str(users),
+                    "GUARDRAIL_REVIEW_TOPIC": topics[0], "GUARDRAIL_LABELS_TOPIC": topics[1],
+                    "GUARDRAIL_REVIEW_RATE_SAFE": "1.0", "GUARDRAIL_REVIEW_RATE_UNSAFE": "1.0"})
+    return topics
+
+
+def _reviewed(port: int) -> int:
+    """Labels the worker's review followers have read, over its agreement rows."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/agreement?metric=toxicity",
+                                    timeout=5) as response:
+            return sum(row["reviewed"] for row in json.loads(response.read())["agreement"])
+    except OSError:
+        return 0
+
+
 @pytest.mark.parametrize("protocol", ["SASL_SSL", "SASL_PLAINTEXT"])
 def test_every_command_works_on_a_secured_listener(secured, thread_judge, tmp_path, protocol):
     broker, tls, _ = secured
@@ -80,6 +103,7 @@ def test_every_command_works_on_a_secured_listener(secured, thread_judge, tmp_pa
         else broker.sasl_plaintext_bootstrap
     env = _env(bootstrap, thread_judge, tmp_path, protocol,
                cafile=tls.ca_pem if protocol == "SASL_SSL" else None)
+    review_topic, labels_topic = _review_on(env, tmp_path)
     (tmp_path / "cases.jsonl").write_text(_cases(8))
     produced = env.cli("produce", "--input", str(tmp_path / "cases.jsonl"))
     assert produced.returncode == 0, produced.stderr
@@ -89,6 +113,15 @@ def test_every_command_works_on_a_secured_listener(secured, thread_judge, tmp_pa
         assert sorted(r["case_id"] for r in results) == sorted(f"sec-{i}" for i in range(8))
         assert sum(1 for r in results for m in r["metrics"]
                    if m["name"] == "toxicity" and m["result"][0]["verdict"] == "UNSAFE") == 2
+        # A reviewer agrees with every toxicity verdict; the labels are written on
+        # the broker's own listener, and the worker's label reader reads them over
+        # the secured one.
+        items = [ReviewItem.model_validate(i) for i in _tail(env, review_topic, 8)]
+        labels = [LabelRecord.from_choice(item, "toxicity", "agree", reviewer="ana")
+                  for item in items]
+        asyncio.run(produce(broker.bootstrap, labels_topic,
+                            [(label.key(), label.encode(), None) for label in labels]))
+        assert poll(lambda: _reviewed(worker.web_port) == 8, 60), env.logs()[-3000:]
         assert worker.poll() is None
     finally:
         env.stop_workers()
@@ -100,32 +133,11 @@ def test_every_command_works_on_a_secured_listener(secured, thread_judge, tmp_pa
     assert json.loads(replayed.stdout.strip().splitlines()[-1])["results"] == 8
     assert len(_tail(env, env.topic("results") + "-replay", 8)) == 8
 
-    labels = env.topic("input") + "-labels"
-    asyncio.run(_one_label(broker.bootstrap, labels))  # written on the broker's own listener
-    exported = env.cli("labels", "export", "--topic", labels, "--out", "-", "--timeout", "30")
+    exported = env.cli("labels", "export", "--topic", labels_topic, "--out", "-",
+                       "--timeout", "30")
     assert exported.returncode == 0, exported.stderr
-    assert [json.loads(line)["case_id"] for line in exported.stdout.splitlines()] == ["sec-0"]
-
-
-async def _one_label(bootstrap: str, topic: str) -> None:
-    import time
-
-    from aiokafka import AIOKafkaProducer
-
-    from guardrail.review import LabelRecord
-
-    await create_topic(bootstrap, topic, 2, {"cleanup.policy": "compact"})
-    record = LabelRecord(case_id="sec-0", metric="toxicity", label="unsafe", choice="agree",
-                         reviewer="ana", judge_verdict="UNSAFE", judge_model="openai/test-judge",
-                         rubric_version="abc", slice="unsafe", rate=1.0, labels={"model": "m"},
-                         event_time_ms=int(time.time() * 1000), fields={"output": "you idiot"})
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    await producer.start()
-    try:
-        await producer.send_and_wait(topic, record.model_dump_json().encode(),
-                                     key=b"sec-0|toxicity")
-    finally:
-        await producer.stop()
+    assert sorted(json.loads(line)["case_id"] for line in exported.stdout.splitlines()) == \
+        sorted(f"sec-{i}" for i in range(8))
 
 
 #: (what is wrong, the settings the one line must name)
