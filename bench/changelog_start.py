@@ -92,7 +92,8 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from common import PY, JudgeProc, meta, new_env, running_broker, write_json
+from common import (BROKERS, PY, JudgeProc, broker_label, meta, new_env, running_broker,
+                    write_json)
 
 from guardrail.kafka.window_cells import changelog_topic, live_horizon_seconds
 from guardrail.stream.alerts import WindowCounts
@@ -273,8 +274,10 @@ def start_worker(env: Any, scenario: str, *, live: int, window_start: str | None
 
 
 def run(bootstrap: str | None, *, expired: int, live: int, partitions: int,
-        timeout: float, scenarios: tuple[str, ...], empty: bool) -> dict[str, Any]:
+        timeout: float, scenarios: tuple[str, ...], empty: bool,
+        broker_kind: str = "embedded") -> dict[str, Any]:
     info = meta()
+    info["broker"] = bootstrap or broker_label(broker_kind)
     result: dict[str, Any] = {"meta": info, "expired": expired, "live": live,
                               "partitions": partitions, "window_seconds": WINDOW,
                               "expires_seconds": EXPIRES, "horizon_seconds": HORIZON}
@@ -284,7 +287,7 @@ def run(bootstrap: str | None, *, expired: int, live: int, partitions: int,
                 "topic_partitions": partitions}
     for sub in ("long", "empty"):
         (Path(tmp) / sub).mkdir()
-    with running_broker(bootstrap) as broker, JudgeProc(0) as judge:
+    with running_broker(bootstrap, broker_kind) as broker, JudgeProc(0) as judge:
         env = new_env(broker, judge.api_base, Path(tmp) / "long", **settings)
         topic = changelog_topic(env.env["GUARDRAIL_APP_ID"])
         # The changelog exists with the worker's partition count before the worker.
@@ -334,8 +337,9 @@ async def _create(env: Any, topic: str, partitions: int) -> None:
 
 def print_table(result: dict[str, Any]) -> None:
     info = result["meta"]
-    print(f"\n{info['date']}  {info['machine']}  commit {info['commit']}  "
-          f"load {info.get('load_at_start')} (at start), {result.get('load_at_end')} (at end)")
+    print(f"\n{info['date']}  {info['machine']}  {info.get('broker', '')}  "
+          f"commit {info['commit']}  load {info.get('load_at_start')} (at start), "
+          f"{result.get('load_at_end')} (at end)")
     print(f"produce: {result['expired'] + result['live']:,} changelog records in "
           f"{result['produce_s']} s ({result['produce_per_s']:,}/s)")
     print("| scenario | changelog records | live cells | s to complete /rates "
@@ -364,13 +368,15 @@ def main() -> None:
     parser.add_argument("--no-empty", action="store_true",
                         help="skip the reference start on an empty changelog")
     parser.add_argument("--bootstrap", default=None)
+    parser.add_argument("--broker", choices=BROKERS, default="embedded",
+                        help="the fresh broker: embedded (default) or Apache Kafka")
     args = parser.parse_args()
     if args.live % 2:
         parser.error("--live must be even (groups x 2 metrics)")
     scenarios = tuple(s for s in args.scenarios.split(",") if s)
     result = run(args.bootstrap, expired=args.expired, live=args.live,
                  partitions=args.partitions, timeout=args.timeout, scenarios=scenarios,
-                 empty=not args.no_empty)
+                 empty=not args.no_empty, broker_kind=args.broker)
     result["load_at_end"] = round(os.getloadavg()[0], 2)
     print_table(result)
     path = write_json("changelog_start", result)
