@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -224,47 +225,50 @@ logger.kafka.level = INFO
 """
 
 
-def _terminate(pid: int, wait: object, timeout: float) -> None:
+def _terminate(pid: int, wait: Callable[[float], object], timeout: float) -> None:
+    """SIGTERM ``pid``, ``wait`` up to ``timeout`` s for it, SIGKILL if it is still there."""
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
     try:
-        wait(timeout)  # type: ignore[operator]
+        wait(timeout)
     except subprocess.TimeoutExpired:
         os.kill(pid, signal.SIGKILL)
-        wait(10)  # type: ignore[operator]
+        wait(10)
 
 
-def wait_until_answers(bootstrap: str, timeout: float, *, alive: object = lambda: True) -> None:
-    """Block until a metadata request to ``bootstrap`` lists a broker."""
+def wait_until_answers(bootstrap: str, timeout: float, *,
+                       alive: Callable[[], bool] = lambda: True) -> None:
+    """Block until a metadata request to ``bootstrap`` is answered."""
     host, _, port = bootstrap.rpartition(":")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not alive():  # type: ignore[operator]
+        if not alive():
             raise KafkaUnavailable(f"Apache Kafka on {bootstrap} exited while starting")
-        if port_open(int(port), host) and _lists_a_broker(bootstrap):
+        if port_open(int(port), host) and _answers(bootstrap):
             return
         time.sleep(0.25)
     raise KafkaUnavailable(f"Apache Kafka on {bootstrap} did not answer within {timeout:g}s")
 
 
-def _lists_a_broker(bootstrap: str) -> bool:
-    from aiokafka.client import AIOKafkaClient
+def _answers(bootstrap: str) -> bool:
+    """One try of the reachability check every guardrail command runs first."""
+    from ...settings import KafkaSettings
+    from ..clients import check_reachable
 
-    async def probe() -> bool:
-        client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=2000)
-        try:
-            await client.bootstrap()
-            return bool(client.cluster.brokers())
-        except Exception:  # not up yet: any error means "try again"
-            return False
-        finally:
-            await client.close()
-
+    kafka = KafkaSettings(bootstrap_servers=bootstrap, bootstrap_timeout=2.0)
     answer: list[bool] = []
+
+    def probe() -> None:
+        try:
+            asyncio.run(check_reachable(kafka))
+            answer.append(True)
+        except ConfigError:  # not up yet: try again
+            answer.append(False)
+
     # A thread of its own: the caller may already run an event loop.
-    thread = threading.Thread(target=lambda: answer.append(asyncio.run(probe())), daemon=True)
+    thread = threading.Thread(target=probe, daemon=True)
     thread.start()
     thread.join(10)
     return bool(answer and answer[0])
