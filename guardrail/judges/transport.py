@@ -1,0 +1,124 @@
+"""How guard requests reach the server: the project's transports, plus two additions.
+
+1. ``chat_template_kwargs``: Granite Guardian and ShieldGemma on vLLM / SGLang
+   take the risk definition as template arguments in the request body. The
+   transports send messages only, so :func:`make_guard_transport` returns
+   the same two transports (litellm, direct HTTP) with a request body that
+   takes extra fields, set for one call with :func:`extra_body`::
+
+       transport = make_guard_transport(settings)       # like make_transport
+       with extra_body({"chat_template_kwargs": {...}}):
+           await judge._complete(...)                    # this call's body has them
+
+   The fields are held in a context variable, so concurrent calls never see
+   each other's. (When ``Transport.complete`` takes ``extra_body`` itself,
+   this module's subclasses can go: see the integration notes.)
+2. :class:`ModerationTransport`: ``POST {api_base}/moderations`` through the
+   direct client's connection pool, shaped as a :class:`Transport` so the
+   judge's retries, timeouts, error classes and timing apply unchanged. Its
+   answer text is the response body; it reports the tokens the endpoint
+   reports (usually none).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import orjson
+
+from ..settings import JudgeSettings
+from ..transports import (Completion, HTTPTransport, LiteLLMTransport, OpenAICompatibleClient,
+                          Transport, _config_setting, _transient, uses_direct_http)
+
+__all__ = ["extra_body", "make_guard_transport", "GuardHTTPTransport", "GuardLiteLLMTransport",
+           "ModerationTransport", "DEFAULT_MODERATION_BASES"]
+
+_EXTRA: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "guard_extra_body", default=None)
+
+#: Where a moderation model without ``judge_api_base`` is sent, by provider prefix.
+DEFAULT_MODERATION_BASES = {"openai/": "https://api.openai.com/v1",
+                            "mistral/": "https://api.mistral.ai/v1"}
+
+
+@contextlib.contextmanager
+def extra_body(fields: Mapping[str, Any] | None) -> Iterator[None]:
+    """Merge ``fields`` into the request body of the calls made inside (this task only)."""
+    token = _EXTRA.set(fields)
+    try:
+        yield
+    finally:
+        _EXTRA.reset(token)
+
+
+class GuardHTTPTransport(HTTPTransport):
+    """:class:`~guardrail.transports.HTTPTransport` with :func:`extra_body` fields."""
+
+    async def _send(self, body: dict[str, Any]) -> dict[str, Any]:
+        fields = _EXTRA.get()
+        return await super()._send({**body, **fields} if fields else body)
+
+
+class GuardLiteLLMTransport(LiteLLMTransport):
+    """:class:`~guardrail.transports.LiteLLMTransport` with :func:`extra_body` fields
+    (litellm passes ``extra_body`` on to OpenAI-compatible servers)."""
+
+    async def _send(self, kwargs: dict[str, Any]) -> Any:
+        fields = _EXTRA.get()
+        return await super()._send({**kwargs, "extra_body": dict(fields)} if fields else kwargs)
+
+
+def make_guard_transport(settings: JudgeSettings) -> Transport:
+    """The transport :func:`~guardrail.transports.make_transport` would pick, able
+    to send :func:`extra_body` fields."""
+    if uses_direct_http(settings.transport, settings.model, settings.api_base):
+        return GuardHTTPTransport(settings)
+    return GuardLiteLLMTransport(settings)
+
+
+class ModerationTransport:
+    """A moderation endpoint as a :class:`~guardrail.transports.Transport`: the
+    last message's text is the ``input``; the answer is the response body."""
+
+    name = "http"
+    asks_logprobs = False
+
+    def __init__(self, settings: JudgeSettings) -> None:
+        self._settings = settings
+        prefix, _, self._model = settings.model.partition("/")
+        if not self._model:  # no provider prefix: the name is the server's
+            prefix, self._model = "", settings.model
+        base = settings.api_base or DEFAULT_MODERATION_BASES.get(prefix + "/")
+        if not base:
+            raise ValueError(f"moderation model {settings.model!r} needs judge_api_base "
+                             "(no default endpoint for its provider)")
+        key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+        self._client = OpenAICompatibleClient(base, api_key=key)
+        # The client posts to its url; a moderation endpoint sits beside chat.
+        self._client.url = base.rstrip("/") + "/moderations"
+
+    @property
+    def url(self) -> str:
+        return self._client.url
+
+    async def complete(self, messages: list[dict[str, str]], response_format: Any = None,
+                       max_tokens: int | None = None) -> Completion:
+        text = messages[-1]["content"] if messages else ""
+        data = await self._client.complete({"model": self._model, "input": text},
+                                           timeout=self._settings.timeout)
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        prompt = usage.get("prompt_tokens", usage.get("input_tokens", 0))
+        return Completion(orjson.dumps(data).decode(),
+                          prompt if isinstance(prompt, int) and prompt >= 0 else 0, 0)
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return _transient(exc)
+
+    def config_setting(self, exc: BaseException) -> str | None:
+        return _config_setting(exc, self._settings.api_base)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

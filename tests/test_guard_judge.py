@@ -1,0 +1,355 @@
+"""Guard judges over real HTTP: a stand-in server per protocol answering as the model
+cards show (top log-probabilities, refusals, garbage, a reasoning channel), reached
+through litellm and the direct transport; verdicts, categories, P(UNSAFE), errors for
+unreadable answers and uncovered metrics (never SAFE), cost from the reported usage."""
+
+import math
+import os
+from collections import deque
+from dataclasses import dataclass
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import orjson
+import pytest
+from aiohttp import web
+
+from guardrail.errors import ConfigError, JudgeAnswerError, JudgeConfigError, JudgeError
+from guardrail.evaluate import Evaluator
+from guardrail.judges import GuardCoverageError, GuardJudge, YesNo
+from guardrail.models import Case, MetricRubric
+from guardrail.rubrics import default_metrics
+from guardrail.settings import load_settings
+from guardrail.transports import HTTPTransport
+
+BIAS, TOXICITY = default_metrics()
+PROMPT, COMPLETION = 120, 3  # tokens every stand-in answer reports
+PRICE_IN, PRICE_OUT = 1e-6, 2e-6
+CALL_COST = PROMPT * PRICE_IN + COMPLETION * PRICE_OUT
+
+
+@dataclass
+class Answer:
+    """One reply: chat content split into ``pieces`` (tokens), alternatives ``top``
+    at token ``at``; or a status; or a moderation body."""
+
+    content: str | None = None
+    pieces: tuple = ()
+    at: int | None = None
+    top: tuple = ()
+    reasoning: str | None = None
+    status: int = 200
+    body: object = None
+
+
+def _logprobs(answer):
+    pieces = answer.pieces or (answer.content,)
+    entries = []
+    for i, piece in enumerate(pieces):
+        top = [{"token": t, "logprob": math.log(max(p, 1e-9)), "bytes": list(t.encode())}
+               for t, p in answer.top] if i == answer.at else []
+        chosen = top[0]["logprob"] if top else 0.0
+        entries.append({"token": piece, "logprob": chosen, "bytes": list(piece.encode()),
+                        "top_logprobs": top})
+    return {"content": entries}
+
+
+class GuardServer:
+    """The stand-in: answers from ``script`` first, then ``answer(body)``."""
+
+    def __init__(self):
+        self.requests, self.script, self.answer = [], deque(), None
+        self._runner = None
+
+    async def start(self):
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/moderations", self._moderations)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.api_base = f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
+        return self
+
+    def _next(self, body):
+        self.requests.append(body)
+        return self.script.popleft() if self.script else self.answer(body)
+
+    async def _chat(self, request):
+        body = await request.json()
+        answer = self._next(body)
+        if answer.status != 200:
+            return web.json_response({"error": {"message": "no"}}, status=answer.status)
+        message = {"role": "assistant", "content": answer.content}
+        if answer.reasoning is not None:
+            message["reasoning_content"] = answer.reasoning
+        choice = {"index": 0, "finish_reason": "stop", "message": message}
+        if body.get("logprobs") and answer.content:
+            choice["logprobs"] = _logprobs(answer)
+        return web.json_response({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1,
+            "model": body["model"], "choices": [choice],
+            "usage": {"prompt_tokens": PROMPT, "completion_tokens": COMPLETION,
+                      "total_tokens": PROMPT + COMPLETION}})
+
+    async def _moderations(self, request):
+        answer = self._next(await request.json())
+        if isinstance(answer.body, str):
+            return web.Response(text=answer.body, status=answer.status)
+        return web.json_response(answer.body, status=answer.status)
+
+
+@pytest.fixture
+async def server():
+    running = await GuardServer().start()
+    yield running
+    await running._runner.cleanup()
+
+
+@pytest.fixture(params=["http", "litellm"])
+def transport(request):
+    return request.param
+
+
+@pytest.fixture
+async def judges():
+    made = []
+    yield lambda *args, **kwargs: made.append(GuardJudge(*args, **kwargs)) or made[-1]
+    for judge in made:
+        await judge.aclose()
+
+
+def settings(server, transport="http", *, whole=False, **overrides):
+    values = {"judge_model": "openai/guard", "judge_api_base": server.api_base,
+              "judge_api_key": "sk-test", "judge_transport": transport, "judge_timeout": 5,
+              "judge_max_retries": 0, "judge_input_cost_per_token": PRICE_IN,
+              "judge_output_cost_per_token": PRICE_OUT, **overrides}
+    loaded = load_settings(environ={}, **values)
+    return loaded if whole else loaded.judge
+
+
+def llama(p, codes="S10"):
+    word = "unsafe" if p >= 0.5 else "safe"
+    tail = ("\n", codes) if word == "unsafe" else ()
+    return Answer("\n\n" + word + "".join(tail), ("\n\n", word, *tail), 1,
+                  tuple(sorted([("unsafe", p), ("safe", 1 - p)], key=lambda a: -a[1])))
+
+
+def yes_no(p, tail=""):
+    word = "Yes" if p >= 0.5 else "No"
+    return Answer(word + tail, (word, tail) if tail else (word,), 0,
+                  tuple(sorted([("Yes", p), ("No", 1 - p)], key=lambda a: -a[1])))
+
+
+def qwen(label, categories, unsafe, unsure, safe):
+    return Answer(f"Safety: {label}\nCategories: {categories}",
+                  ("Safety", ":", f" {label}", f"\nCategories: {categories}"), 2,
+                  ((" Unsafe", unsafe), (" Controversial", unsure), (" Safe", safe)))
+
+
+CASE = Case(input="What do you think of them?", output="They are vermin, all of them.")
+
+
+async def test_llama_guard_verdicts_categories_probability_and_cost(server, transport, judges):
+    server.answer = lambda body: llama(0.83)
+    judge = judges(settings(server, transport), "llama_guard")
+    group = await judge.judge_case(CASE, [BIAS, TOXICITY, "self_harm", "pii"])
+    (sent,) = server.requests
+    assert sent["messages"] == [{"role": "user", "content": CASE.input},
+                                {"role": "assistant", "content": CASE.output}]
+    assert sent["logprobs"] is True and "response_format" not in sent
+    bias = group.answers["bias"]
+    assert (bias.verdict, bias.violations, bias.evidence_spans) == ("UNSAFE", ["S10: Hate"], [])
+    assert group.probabilities["bias"] == pytest.approx(0.83)
+    assert group.answers["toxicity"].violations == ["S10: Hate"]
+    assert group.answers["self_harm"].verdict == "SAFE"
+    assert group.probabilities["self_harm"] is None  # flagged, but not for this metric
+    pii = group.answers["pii"]
+    assert isinstance(pii, GuardCoverageError) and isinstance(pii, JudgeAnswerError)
+    assert "openai/guard" in str(pii) and "'pii'" in str(pii) and group.uncovered == ("pii",)
+    assert sum(group.usage[m].input_tokens for m in group.usage) == PROMPT
+    assert sum(group.usage[m].cost for m in group.usage) == pytest.approx(CALL_COST)
+    assert group.usage["pii"].cost == 0 and judge.probabilities_available is True
+
+
+async def test_llama_guard_safe_in_scale_mode_with_reasoning(server, judges):
+    server.answer = lambda body: llama(0.1)
+    judge = judges(settings(server), "llama_guard")
+    group = await judge.judge_case(CASE, [BIAS], scoring_mode="scale_1_5",
+                                   include_reasoning=True)
+    answer = group.answers["bias"]
+    assert (answer.verdict, answer.severity, answer.violations) == ("SAFE", 1, [])
+    assert answer.reasoning == "Guard llama_guard answered safe."
+    assert group.probabilities["bias"] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("content", [
+    "I'm sorry, but I can't help with classifying this conversation.",
+    "}{ garbage \x00 tokens", "", "safe\nS3"])
+async def test_unreadable_answers_are_errors_never_safe(server, transport, judges, content):
+    server.answer = lambda body: Answer(content)
+    judge = judges(settings(server, transport), "llama_guard")
+    group = await judge.judge_case(CASE, [BIAS, TOXICITY])
+    for metric in ("bias", "toxicity"):
+        assert isinstance(group.answers[metric], JudgeAnswerError)
+        assert metric not in group.probabilities
+    if content:
+        assert "guard judge openai/guard" in str(group.answers["bias"])
+    assert sum(u.cost for u in group.usage.values()) == pytest.approx(CALL_COST)
+
+
+async def test_yes_no_granite_gets_the_rubric_as_risk_definition(server, transport, judges):
+    def answer(body):
+        config = body["chat_template_kwargs"]["guardian_config"]
+        if config["risk_name"] == "social_bias":
+            return yes_no(0.2)
+        return yes_no(0.7, "\n<confidence> Low </confidence>")
+
+    server.answer = answer
+    judge = judges(settings(server, transport), "yes_no")
+    group = await judge.judge_case(Case(output="Women can't code."), [BIAS, TOXICITY])
+    configs = {r["chat_template_kwargs"]["guardian_config"]["risk_name"]:
+               r["chat_template_kwargs"]["guardian_config"] for r in server.requests}
+    assert configs["social_bias"] == {"risk_name": "social_bias"}  # the pre-baked criterion
+    assert TOXICITY.goal in configs["toxicity"]["risk_definition"]
+    assert group.answers["bias"].verdict == "SAFE"
+    assert group.probabilities["bias"] == pytest.approx(0.2)
+    toxicity = group.answers["toxicity"]
+    assert (toxicity.verdict, toxicity.violations) == ("UNSAFE", ["toxicity"])
+    assert group.unsure == {"bias": False, "toxicity": True}  # Granite 3.2: Low confidence
+    assert group.usage["toxicity"].cost == pytest.approx(CALL_COST)
+
+
+async def test_granite33_over_ollama_reads_the_system_message_and_custom_metrics_work(
+        server, judges):
+    think = "<think>It gives a phone number... <score> no </score>?</think>\n"
+    server.answer = lambda body: Answer(
+        think + "<score> yes </score>", (think, "<score>", " yes", " </score>"), 2,
+        ((" yes", 0.9), (" no", 0.1)))
+    custom = MetricRubric(name="pii_leak", goal="Does the text reveal a private person's data?",
+                          violations=("Phone numbers or home addresses.",))
+    judge = judges(settings(server), "yes_no",
+                   options={"flavor": "granite3.3", "policy_via": "system"})
+    group = await judge.judge_case(Case(output="Call Ann on 555-0100."),
+                                   [custom, "profanity", "made_up"])
+    systems = {r["messages"][0]["content"] for r in server.requests}
+    assert "profanity" in systems and any(custom.goal in s for s in systems)
+    assert len(server.requests) == 2  # made_up has no rubric and no criterion: not asked
+    assert all("chat_template_kwargs" not in r for r in server.requests)
+    assert group.answers["pii_leak"].violations == ["pii_leak"]
+    assert group.answers["profanity"].violations == ["profanity: Profanity"]
+    assert group.probabilities["pii_leak"] == pytest.approx(0.9)
+    assert "'made_up'" in str(group.answers["made_up"])
+
+
+async def test_qwen3guard_controversial_is_the_unsure_band(server, transport, judges):
+    server.answer = lambda body: qwen("Controversial", "Unethical Acts", 0.3, 0.5, 0.2)
+    strict = judges(settings(server, transport), "qwen3guard")
+    group = await strict.judge_case(CASE, [TOXICITY, "self_harm"])
+    toxicity = group.answers["toxicity"]
+    assert (toxicity.verdict, toxicity.violations) == ("UNSAFE", ["Unethical Acts"])
+    assert group.unsure["toxicity"] and group.probabilities["toxicity"] == pytest.approx(0.8)
+    assert group.answers["self_harm"].verdict == "SAFE"
+    lenient = judges(settings(server, transport), "qwen3guard", unsure_verdict="SAFE")
+    group = await lenient.judge_case(CASE, [TOXICITY])
+    assert (group.answers["toxicity"].verdict, group.answers["toxicity"].violations) == (
+        "SAFE", [])
+    assert group.probabilities["toxicity"] == pytest.approx(0.3)
+
+
+async def test_policy_reasoning_channel_is_never_the_verdict(server, transport, judges):
+    server.script.extend([
+        Answer("0", reasoning="Clearly a violation, so the answer is 1."),
+        Answer('{"violation": 1, "policy_category": "name-calling", "rationale": "Insult."}'),
+        Answer("<|channel|>analysis<|message|>Violation: 1<|end|><|start|>assistant"
+               "<|channel|>final<|message|>0<|return|>"),
+        Answer("<|channel|>analysis<|message|>It violates, answer 1.<|end|>"),
+        Answer(None, reasoning="The answer would be 1 but I ran out of tokens")])
+    judge = judges(settings(server, transport), "policy")
+    answers = [await judge.judge_case(CASE, [TOXICITY], include_reasoning=True)
+               for _ in range(5)]
+    system = server.requests[0]["messages"][0]
+    assert system["role"] == "system" and TOXICITY.goal in system["content"]
+    assert server.requests[0]["max_tokens"] >= 2048
+    assert answers[0].answers["toxicity"].verdict == "SAFE"
+    json_answer = answers[1].answers["toxicity"]
+    assert (json_answer.verdict, json_answer.violations) == ("UNSAFE", ["name-calling"])
+    assert json_answer.reasoning == "Insult."
+    assert answers[2].answers["toxicity"].verdict == "SAFE"
+    for group in answers[3:]:
+        assert isinstance(group.answers["toxicity"], JudgeAnswerError)
+
+
+def moderation_body(scores):
+    """An OpenAI moderation body: a category is flagged from 0.5 in this stand-in."""
+    return {"id": "modr-1", "model": "omni-moderation-latest", "results": [{
+        "flagged": any(s >= 0.5 for s in scores.values()),
+        "categories": {k: s >= 0.5 for k, s in scores.items()}, "category_scores": scores}]}
+
+
+async def test_moderation_endpoint_scores_map_to_metrics_at_no_cost(server, judges):
+    server.answer = lambda body: Answer(body=moderation_body(
+        {"harassment": 0.91, "hate": 0.2, "self-harm": 0.01}))
+    judge = judges(load_settings(environ={}, judge_model="openai/omni-moderation-latest",
+                                 judge_api_base=server.api_base).judge, "moderation")
+    group = await judge.judge_case(CASE, [TOXICITY, BIAS, "self_harm", "pii"])
+    assert server.requests == [{"model": "omni-moderation-latest", "input": CASE.output}]
+    toxicity = group.answers["toxicity"]
+    assert (toxicity.verdict, toxicity.violations) == ("UNSAFE", ["harassment: Harassment"])
+    assert group.probabilities == {"toxicity": 0.91, "bias": 0.2, "self_harm": 0.01}
+    assert group.answers["bias"].verdict == "SAFE"
+    assert "holds none" in str(group.answers["pii"])
+    assert all(u.cost == 0.0 for u in group.usage.values()) and not judge.logprobs
+    server.answer = lambda body: Answer(body={"nope": 1})
+    group = await judge.judge_case(CASE, [TOXICITY])
+    assert isinstance(group.answers["toxicity"], JudgeAnswerError)
+    server.answer = lambda body: Answer(body="<html>busy</html>")
+    group = await judge.judge_case(CASE, [TOXICITY])
+    assert isinstance(group.answers["toxicity"], JudgeError)
+
+
+@pytest.mark.parametrize("calls", ["per_message", "per_metric"])
+async def test_through_the_evaluator_results_keep_the_contract(server, judges, calls):
+    server.answer = lambda body: llama(0.83)
+    whole = settings(server, whole=True, judge_calls=calls)
+    evaluator = Evaluator(judges(whole.judge, "llama_guard"), evaluation=whole.evaluation)
+    out = orjson.loads((await evaluator.evaluate(Case(output="They are vermin."))).to_json())
+    assert out["metrics"][0] == {
+        "name": "bias", "category": "output|generation|answer", "score": 0.0, "error": None,
+        "result": [{"verdict": "UNSAFE", "passed": False, "violations": ["S10: Hate"],
+                    "evidence_spans": []}]}
+    assert out["cost"]["cost"] == pytest.approx(CALL_COST * (1 if calls == "per_message" else 2))
+
+
+async def test_a_refused_key_stops_and_an_outage_is_retried(server, judges):
+    server.answer = lambda body: Answer(status=401)
+    judge = judges(settings(server), "llama_guard")
+    with pytest.raises(JudgeConfigError, match="judge_api_key"):
+        await judge.judge_case(CASE, [BIAS])
+    server.script.append(Answer(status=503))
+    server.answer = lambda body: llama(0.9)
+    retrying = judges(settings(server, judge_max_retries=1), "llama_guard")
+    group = await retrying.judge_case(CASE, [BIAS])
+    assert group.answers["bias"].verdict == "UNSAFE" and len(server.requests) == 3
+
+
+async def test_the_judge_protocol_call_and_what_cannot_be_built(server, judges):
+    server.answer = lambda body: llama(0.83)
+    judge = judges(settings(server), "llama_guard")
+    from guardrail.prompts import render_prompt
+
+    prompt = render_prompt(BIAS, CASE, scoring_mode="binary_yes_no", include_reasoning=False)
+    reply = await judge(prompt, scoring_mode="binary_yes_no", include_reasoning=False)
+    assert reply.answer.verdict == "UNSAFE" and reply.probability == pytest.approx(0.83)
+    assert server.requests[-1]["messages"] == [{"role": "user", "content": CASE.output}]
+    assert judge.describe(["bias", "toxicity", "pii"]) == (
+        "guard openai/guard (llama_guard) covers bias, toxicity (partial); not covered: pii")
+    plain = HTTPTransport(settings(server))
+    with pytest.raises(ConfigError, match="chat_template_kwargs"):
+        GuardJudge(settings(server), YesNo(), transport=plain)
+    await plain.aclose()
+    with pytest.raises(ConfigError, match="unknown guard protocol"):
+        GuardJudge(settings(server), "rubrics")
+    with pytest.raises(JudgeConfigError, match="judge_api_base|needs"):
+        GuardJudge(load_settings(environ={}, judge_model="acme/moderate").judge, "moderation")
