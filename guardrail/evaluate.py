@@ -15,6 +15,14 @@ Either way each metric gets its own ``MetricResult``; a call's tokens and cost
 are split equally over the metrics it answered (see ``Usage.split``), so the
 case's ``cost`` is exactly what its calls spent.
 
+Metric sets: a plain message is judged on the defaults (``bias``,
+``toxicity``) and the custom rubrics (``rubric_dir``, ``redteam.metrics``),
+except those that read only ``trajectory``; an agent run (a case with a
+``trajectory``) on :attr:`Evaluator.run_metrics`: those plus the agent rubrics
+(``tool_injection``, ``unsafe_action``, ``goal_drift``), custom ones
+overriding by name. A case's own ``redteam.metrics`` override by name or
+append to either. Both sets are merged once, at start.
+
 Cascade (``escalate_model``): a metric whose first judgment has P(UNSAFE) in
 ``escalate_band`` is judged again by the escalation judge, whose verdict
 stands; see :mod:`guardrail.cascade`.
@@ -46,7 +54,7 @@ from .models import (PASS_THRESHOLD, Case, CostEstimate, JudgeVerdict, MetricRes
                      RedteamMetrics, ScoringMode)
 from .parsing import ground_spans
 from .prompts import JudgePrompt, render_group_prompt, render_prompt
-from .rubrics import default_metrics, load_rubric_dir, merge_metrics
+from .rubrics import agent_metrics, default_metrics, load_rubric_dir, merge_metrics
 from .settings import DEFAULT_CACHE_PATH, EvaluationSettings, Settings
 from .verdicts import DEFAULT_THRESHOLD, apply_threshold, severity_to_score
 
@@ -183,16 +191,23 @@ class Evaluator:
         self.cascade = cascade
         self.evaluation = evaluation = evaluation or EvaluationSettings()
         self.cache = cache
-        base = (load_rubric_dir(evaluation.rubric_dir) if evaluation.rubric_dir
-                else default_metrics())
-        if evaluation.rubric_dir:
-            base = merge_metrics(default_metrics(), base)
-        self.base_metrics = merge_metrics(base, evaluation.redteam.metrics)
-        deployment = evaluation.redteam
+        custom = (load_rubric_dir(evaluation.rubric_dir) if evaluation.rubric_dir else (),
+                  evaluation.redteam.metrics)
+        #: A plain message's metrics: a rubric that reads only an agent run's
+        #: trajectory would have nothing to judge in it.
+        self.base_metrics = tuple(m for m in merge_metrics(default_metrics(), *custom)
+                                  if m.item_fields != ("trajectory",))
+        #: An agent run's metrics: the agent rubrics too, custom ones over them.
+        self.run_metrics = merge_metrics(default_metrics(), agent_metrics(), *custom)
         #: Most messages carry no redteam block of their own: merge once.
-        self._deployment_config = EffectiveConfig(
+        self._deployment_config = self._deployment(self.base_metrics)
+        self._run_config = self._deployment(self.run_metrics)
+
+    def _deployment(self, metrics: tuple[MetricRubric, ...]) -> EffectiveConfig:
+        deployment = self.evaluation.redteam
+        return EffectiveConfig(
             scoring_mode=deployment.scoring_mode,
-            include_reasoning=deployment.include_reasoning, metrics=self.base_metrics,
+            include_reasoning=deployment.include_reasoning, metrics=metrics,
             include_probability=deployment.include_probability)
 
     async def aclose(self) -> None:
@@ -206,16 +221,19 @@ class Evaluator:
             self.cache.close()
 
     def effective_config(self, case: Case) -> EffectiveConfig:
-        """Case knobs win over deployment knobs; case metrics override by name or append."""
+        """Case knobs win over deployment knobs; case metrics override by name or
+        append to the deployment's set, a run's (:attr:`run_metrics`) for a
+        case with a trajectory."""
         deployment, own = self.evaluation.redteam, case.redteam
+        run = case.has_trajectory
         given = own.model_fields_set
         if not given:
-            return self._deployment_config
+            return self._run_config if run else self._deployment_config
         return EffectiveConfig(
             scoring_mode=own.scoring_mode if "scoring_mode" in given else deployment.scoring_mode,
             include_reasoning=(own.include_reasoning if "include_reasoning" in given
                                else deployment.include_reasoning),
-            metrics=merge_metrics(self.base_metrics, own.metrics),
+            metrics=merge_metrics(self.run_metrics if run else self.base_metrics, own.metrics),
             include_probability=(own.include_probability if "include_probability" in given
                                  else deployment.include_probability),
         )

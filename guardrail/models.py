@@ -20,6 +20,11 @@ conversation's budget in characters (default 8000)::
     >>> case.output, case.input, case.conversation
     ('No.', 'Insult me', 'user: Hi\\nassistant: Hello!')
 
+An agent run's messages (tool calls with their arguments, tool results) also
+give it a ``trajectory``: the request, each step and the final answer as one
+text that the agent rubrics read (budget: ``trajectory_max_chars`` in the
+context, default 16000). A ``trajectory`` the case gives is used as given.
+
 Results serialise to exactly the spec's JSON: ``severity`` is absent (not null)
 in binary mode and ``reasoning`` is absent unless it was asked for.
 """
@@ -35,7 +40,8 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationInfo, field_valida
 from pydantic_core import PydanticCustomError
 
 from .formats.base import json_type
-from .formats.conversation import ChatMessage, conversation_budget, derive_fields
+from .formats.conversation import (ChatMessage, conversation_budget, derive_fields,
+                                   derive_trajectory, trajectory_budget)
 
 __all__ = [
     "ITEM_FIELDS",
@@ -58,8 +64,9 @@ __all__ = [
 ]
 
 #: A case field a rubric may ask the judge to read (``conversation``: the turns
-#: before the input, rendered from ``messages``).
-ItemField = Literal["output", "input", "context", "reference", "conversation"]
+#: before the input, rendered from ``messages``; ``trajectory``: an agent run's
+#: steps, given or rendered from ``messages``).
+ItemField = Literal["output", "input", "context", "reference", "conversation", "trajectory"]
 #: Case fields a rubric may ask the judge to read.
 ITEM_FIELDS: tuple[str, ...] = get_args(ItemField)
 #: The spec's one category for every redteam metric.
@@ -189,6 +196,10 @@ class Case(BaseModel):
     ``Case.model_validate(data, context={"conversation_max_chars": N})`` sets
     the conversation's budget (default 8000 characters). ``conversation`` is
     derived only: a ``conversation`` key in the input is ignored.
+
+    ``trajectory`` is kept as given; when absent and the messages after the
+    input hold tool activity, it is rendered from the raw messages (budgets
+    ``trajectory_max_chars``, ``tool_result_max_chars`` in the context).
     """
 
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -200,6 +211,7 @@ class Case(BaseModel):
     reference: str | None = None
     messages: tuple[ChatMessage, ...] | None = None
     conversation: str | None = None
+    trajectory: str | None = None
     redteam: RedteamConfig = RedteamConfig()
 
     @model_validator(mode="before")
@@ -213,9 +225,17 @@ class Case(BaseModel):
             # Derived only: a producer's own "conversation" key (often an id)
             # must neither fail the case nor reach the judge as turns.
             data = {key: value for key, value in data.items() if key != "conversation"}
-        if data.get("messages") is not None:
-            return derive_fields(data, conversation_budget(info.context))
-        return data
+        if data.get("messages") is None:
+            return data
+        derived = derive_fields(data, conversation_budget(info.context))
+        # Only messages that validated make a run (derive_fields then returns
+        # a new dict, else the input itself). The trajectory is rendered from
+        # the raw ones: they still carry the tool calls' arguments.
+        if data.get("trajectory") is None and derived is not data:
+            trajectory = derive_trajectory(data, derived, trajectory_budget(info.context))
+            if trajectory is not None:
+                derived["trajectory"] = trajectory
+        return derived
 
     @field_validator("messages", mode="before")
     @classmethod
@@ -235,6 +255,11 @@ class Case(BaseModel):
     @property
     def has_output(self) -> bool:
         return bool(self.output and self.output.strip())
+
+    @property
+    def has_trajectory(self) -> bool:
+        """An agent run: judged on the agent rubrics besides the message ones."""
+        return bool(self.trajectory and self.trajectory.strip())
 
 
 class JudgeVerdict(BaseModel):

@@ -7,6 +7,13 @@ adds or overrides metrics by name::
     >>> [m.name for m in defaults]
     ['bias', 'toxicity']
     >>> merged = merge_metrics(defaults, [my_metric])   # override by name or append
+
+The agent rubrics (``tool_injection``, ``unsafe_action``, ``goal_drift``, each
+reading the ``trajectory`` field) live in the ``agent/`` subfolder: an agent
+run is judged on them besides the defaults, a plain message never is::
+
+    >>> [m.name for m in agent_metrics()]
+    ['goal_drift', 'tool_injection', 'unsafe_action']
 """
 
 from __future__ import annotations
@@ -24,8 +31,8 @@ from pydantic import ValidationError
 from .errors import RubricError
 from .models import ITEM_FIELDS, MetricRubric
 
-__all__ = ["default_rubric_dir", "load_rubric_dir", "load_rubric_file", "merge_metrics",
-           "parse_metric", "default_metrics"]
+__all__ = ["default_rubric_dir", "agent_rubric_dir", "load_rubric_dir", "load_rubric_file",
+           "merge_metrics", "parse_metric", "default_metrics", "agent_metrics"]
 
 _RUBRIC_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -38,6 +45,12 @@ def default_rubric_dir() -> Path:
     # An editable install runs from the source tree, where rubrics/ sits beside
     # the package instead of inside it.
     return Path(__file__).resolve().parent.parent / "rubrics"
+
+
+def agent_rubric_dir() -> Path:
+    """The shipped agent rubrics: a subfolder, so that :func:`load_rubric_dir`
+    of the shipped folder (the plain messages' defaults) never loads them."""
+    return default_rubric_dir() / "agent"
 
 
 def parse_metric(data: Any, *, source: str) -> MetricRubric:
@@ -81,7 +94,7 @@ def load_rubric_dir(path: Path | str | None = None) -> tuple[MetricRubric, ...]:
     folder = Path(path) if path is not None else default_rubric_dir()
     if not folder.is_dir():
         raise RubricError(f"{folder}: rubric directory does not exist")
-    files = sorted(p for p in folder.iterdir() if p.suffix in _RUBRIC_SUFFIXES)
+    files = sorted(p for p in folder.iterdir() if p.suffix in _RUBRIC_SUFFIXES and p.is_file())
     metrics = [load_rubric_file(p) for p in files]
     _check_unique((m.name for m in metrics), source=str(folder))
     return tuple(metrics)
@@ -91,6 +104,12 @@ def load_rubric_dir(path: Path | str | None = None) -> tuple[MetricRubric, ...]:
 def default_metrics() -> tuple[MetricRubric, ...]:
     """The shipped default metrics (bias, toxicity), loaded once."""
     return load_rubric_dir(default_rubric_dir())
+
+
+@functools.lru_cache(maxsize=1)
+def agent_metrics() -> tuple[MetricRubric, ...]:
+    """The shipped agent-run metrics (``trajectory`` readers), loaded once."""
+    return load_rubric_dir(agent_rubric_dir())
 
 
 def _check_unique(names: Iterable[str], *, source: str) -> None:

@@ -20,6 +20,7 @@ judge never sees the Kafka password)::
     settings.inputs      # InputSettings: input_format, input_mapping, otlp_endpoint, ...
     settings.review      # ReviewSettings: review queue, labels topic, agreement alerts
     settings.escalation  # EscalationSettings (guardrail.cascade): escalate_model, band, ...
+    settings.runs        # RunSettings (guardrail.runs): agent runs from OTLP spans
 
 Every setting also has one flat name, the name users write: ``judge_model``,
 ``input_topic``, ``window_seconds`` … (:data:`FLAT_NAMES`). Flat names work as
@@ -49,12 +50,13 @@ from ._settings_groups import (AlertRule, EvaluationSettings, JudgeSettings, Kaf
 from .cascade import EscalationSettings
 from .formats.settings import InputSettings
 from .review.settings import ReviewSettings
+from .runs.settings import RunSettings
 from ._config_file import read_config_file
 from .errors import ConfigError
 
 __all__ = ["Settings", "JudgeSettings", "EvaluationSettings", "KafkaSettings", "WorkerSettings",
            "WindowSettings", "AlertRule", "SamplingSettings", "InputSettings", "ReviewSettings",
-           "SampleRule", "EscalationSettings", "load_settings", "settings_env", "env_text",
+           "SampleRule", "EscalationSettings", "RunSettings", "load_settings", "settings_env", "env_text",
            "read_config_file", "ENV_PREFIX", "FLAT_NAMES", "DEFAULT_CACHE_PATH"]
 
 ENV_PREFIX = "GUARDRAIL_"
@@ -74,6 +76,7 @@ _GROUPS: dict[str, tuple[type[BaseModel], str]] = {
     "inputs": (InputSettings, ""),
     "review": (ReviewSettings, ""),
     "escalation": (EscalationSettings, "escalate_"),
+    "runs": (RunSettings, ""),
 }
 
 #: Flat name → (group, field): ``judge_model`` → ``("judge", "model")``.
@@ -119,6 +122,7 @@ class Settings(BaseModel):
     inputs: InputSettings = InputSettings()
     review: ReviewSettings = ReviewSettings()
     escalation: EscalationSettings = EscalationSettings()
+    runs: RunSettings = RunSettings()
 
     @model_validator(mode="before")
     @classmethod

@@ -78,7 +78,8 @@ def test_a_case_derives_its_fields_from_messages():
 def test_conversation_is_an_allowed_item_field():
     from guardrail.models import ITEM_FIELDS, MetricRubric
 
-    assert ITEM_FIELDS == ("output", "input", "context", "reference", "conversation")
+    assert ITEM_FIELDS == ("output", "input", "context", "reference", "conversation",
+                           "trajectory")
     MetricRubric(name="ctx", goal="g", item_fields=("conversation",))
     with pytest.raises(ValidationError):
         MetricRubric(name="ctx", goal="g", item_fields=("messages",))

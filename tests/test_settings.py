@@ -72,6 +72,14 @@ OLD_NAMES = {
     "agreement_precision_floor": ("review", "agreement_precision_floor"),
     "agreement_recall_floor": ("review", "agreement_recall_floor"),
     "corrected_min_reviews": ("review", "corrected_min_reviews"),
+    "agent_runs": ("runs", "agent_runs"),
+    "run_settle_seconds": ("runs", "run_settle_seconds"),
+    "run_idle_seconds": ("runs", "run_idle_seconds"),
+    "run_max_spans": ("runs", "run_max_spans"),
+    "run_max_bytes": ("runs", "run_max_bytes"),
+    "run_memory_bytes": ("runs", "run_memory_bytes"),
+    "trajectory_max_chars": ("runs", "trajectory_max_chars"),
+    "tool_result_max_chars": ("runs", "tool_result_max_chars"),
 }
 
 #: A value for each old name that differs from its default, as an environment string.
@@ -117,6 +125,14 @@ SAMPLE_ENV = {
     "agreement_precision_floor": "0.8",
     "agreement_recall_floor": "0.6",
     "corrected_min_reviews": "3",
+    "agent_runs": "false",
+    "run_settle_seconds": "2",
+    "run_idle_seconds": "60",
+    "run_max_spans": "50",
+    "run_max_bytes": "100000",
+    "run_memory_bytes": "5000000",
+    "trajectory_max_chars": "4000",
+    "tool_result_max_chars": "500",
 }
 
 

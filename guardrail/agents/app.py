@@ -11,6 +11,8 @@ until SIGTERM. Each piece lives in its own module:
 - :mod:`.runtime` — what the agents share, and the order it is closed in.
 - :mod:`.judging` — input topic → judged in batches → results / judgments /
   DLQ, offsets acked only after the broker acknowledged every output.
+- :mod:`.run_assembly` — spans of AI agents' runs → one judged case per run
+  (``otlp`` input with ``agent_runs``).
 - :mod:`.windows` — judgments topic → tumbling windowed counts → alerts.
 - :mod:`.sampling` — which messages are judged, and the judge budget.
 - :mod:`.web` — ``/rates``, ``/health``, ``/metrics``.
@@ -36,11 +38,13 @@ from ..stream.budget import check_budget_prices
 from ..stream.otel_export import evaluation_exporter
 from ..stream.processing import MessageJudge
 from ..stream.telemetry import Telemetry
-from . import agreement, dashboard, judging, review, sampling, web, windows
+from ..formats.otlp import OtlpDecoder
+from ..runs.routing import RunRouter
+from . import agreement, dashboard, judging, review, run_assembly, sampling, web, windows
 from .runtime import GuardrailApp, WorkerRuntime
 from .transport import GuardrailFaustApp
 
-__all__ = ["WorkerRuntime", "GuardrailApp", "build_app", "faust_options"]
+__all__ = ["WorkerRuntime", "GuardrailApp", "build_app", "faust_options", "runs_assembled"]
 
 
 def faust_options(settings: Settings) -> dict[str, object]:
@@ -102,11 +106,15 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
         message_judge=MessageJudge.from_settings(evaluator, settings, telemetry=telemetry,
                                                  sampler=sampler, budget=budget,
                                                  exporter=evaluation_exporter(settings,
-                                                                              telemetry)),
+                                                                              telemetry),
+                                                 **_run_options(settings)),
         dispatcher=dispatcher, rates_view=RatesView(settings),
     )
     sampling.register(runtime)  # before the judging agent: it may add a hook to acks
     judging.register(runtime)
+    if runs_assembled(settings):
+        telemetry.expect_metrics(m.name for m in getattr(evaluator, "run_metrics", ()))
+        run_assembly.register(runtime)
     windows.register(runtime)
     agreement.register(runtime)  # review on: /agreement, its gauges and alerts
     web.register(runtime)
@@ -118,6 +126,19 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
     review.register(runtime)  # /review; with review_protect_pages, guards the pages above
     app.before_producer_stops(runtime.close)
     return runtime
+
+
+def runs_assembled(settings: Settings) -> bool:
+    """Are agent runs assembled from spans (``otlp`` input with ``agent_runs``)?"""
+    return settings.inputs.input_format == "otlp" and settings.runs.agent_runs
+
+
+def _run_options(settings: Settings) -> dict[str, object]:
+    """The judging agent's decoder and topic for spans of agent runs, when on."""
+    if not runs_assembled(settings):
+        return {}
+    return {"decoder": OtlpDecoder(labels=settings.inputs.otlp_labels, runs=RunRouter()),
+            "run_spans_topic": run_assembly.run_spans_topic(settings.kafka.app_id)}
 
 
 def _alerts_sender(app: faust.App, settings: Settings) -> Sender:

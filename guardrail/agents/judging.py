@@ -35,7 +35,8 @@ from ..stream.processing import Outgoing, RawMessage
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime
 
-__all__ = ["register", "OrderedAcker", "MAX_INFLIGHT_BATCHES"]
+__all__ = ["register", "OrderedAcker", "MAX_INFLIGHT_BATCHES", "publish_records",
+           "stop_acker"]
 
 log = logging.getLogger("guardrail.worker")
 
@@ -181,7 +182,7 @@ class OrderedAcker:
         return left
 
 
-async def _publish(topics: dict[str, Any], records: list[Outgoing]) -> None:
+async def publish_records(topics: dict[str, Any], records: list[Outgoing]) -> None:
     """Send every record and wait for the broker's acknowledgements; retry on failure."""
     delay = 0.5
     while True:
@@ -202,6 +203,18 @@ async def _publish(topics: dict[str, Any], records: list[Outgoing]) -> None:
             delay = min(delay * 2, 30.0)
 
 
+async def stop_acker(acker: OrderedAcker, runtime: WorkerRuntime) -> None:
+    """Graceful stop of an agent's acker: finish what is in flight (briefly, and
+    not during a judge outage), so a rolling restart does not redeliver it; then
+    drop the rest unacked, and tell the consumer not to wait for it (Faust's
+    stop would wait for every unacked message until killed). The evaluator
+    stays open: the runtime closes it after every agent stopped
+    (WorkerRuntime.close)."""
+    await acker.drain(SHUTDOWN_GRACE_SECONDS, hopeless=runtime.judge_paused)
+    await acker.settle(PUBLISH_GRACE_SECONDS)
+    runtime.app.consumer.forget(event.message for event in acker.cancel())
+
+
 def register(runtime: WorkerRuntime) -> None:
     """Add the judging agent to the app."""
     app, s = runtime.app, runtime.settings
@@ -211,6 +224,8 @@ def register(runtime: WorkerRuntime) -> None:
     outputs = [s.kafka.results_topic, s.kafka.judgments_topic, s.kafka.dlq_topic]
     if runtime.message_judge.review is not None:
         outputs.append(s.review.review_topic)
+    if runtime.message_judge.run_spans_topic is not None:  # spans of agent runs, to assemble
+        outputs.append(runtime.message_judge.run_spans_topic)
     topics = {name: app.topic(name, **raw) for name in outputs}
 
     async def handle(events: list[Any]) -> list[Outgoing]:
@@ -221,7 +236,7 @@ def register(runtime: WorkerRuntime) -> None:
     confirm = runtime.state.get("confirm_before_ack")
 
     async def publish(records: list[Outgoing]) -> None:
-        await _publish(topics, records)
+        await publish_records(topics, records)
         if confirm is not None:
             await confirm()  # type: ignore[operator]
 
@@ -234,15 +249,7 @@ def register(runtime: WorkerRuntime) -> None:
                                                   within=s.worker.batch_within):
                 await acker.submit(list(events), asyncio.ensure_future(handle(list(events))))
         finally:
-            # Graceful stop: finish what is in flight (briefly, and not during
-            # a judge outage), so a rolling restart does not redeliver it; then
-            # drop the rest unacked, and tell the consumer not to wait for it
-            # (Faust's stop would wait for every unacked message until killed).
-            # The evaluator stays open: the runtime closes it after every agent
-            # stopped (WorkerRuntime.close).
-            await acker.drain(SHUTDOWN_GRACE_SECONDS, hopeless=runtime.judge_paused)
-            await acker.settle(PUBLISH_GRACE_SECONDS)
-            app.consumer.forget(event.message for event in acker.cancel())
+            await stop_acker(acker, runtime)
             log.info("judging agent stopped")
 
     runtime.state["judge_agent"] = judge

@@ -23,6 +23,8 @@ from mode.utils.logging import DEFAULT_FORMAT, DefaultFormatter
 from .._litellm import price_tokens
 from ..kafka.topics import ensure_topics, review_topics, topic_plan
 from ..settings import JudgeSettings
+from .app import runs_assembled
+from .run_assembly import run_spans_topic
 from .runtime import WorkerRuntime
 
 __all__ = ["run_worker", "GuardrailWorker", "settle_heap"]
@@ -131,8 +133,11 @@ def run_worker(runtime: WorkerRuntime, *, loglevel: str = "info") -> None:
     """Create/verify topics, then run the worker in the foreground."""
     settings = runtime.settings
     review = review_topics(settings.kafka, settings.review)
-    asyncio.run(ensure_topics(settings.kafka, {**topic_plan(settings.kafka), **review},
-                              strict=frozenset(topic_plan(settings.kafka)),
+    # The run-spans topic is co-partitioned with the run table's changelog.
+    runs = ({run_spans_topic(settings.kafka.app_id): settings.kafka.topic_partitions}
+            if runs_assembled(settings) else {})
+    plan = {**topic_plan(settings.kafka), **runs}
+    asyncio.run(ensure_topics(settings.kafka, {**plan, **review}, strict=frozenset(plan),
                               compacted=frozenset({settings.review.labels_topic} & set(review))))
     log.info("guardrail worker: %s -> %s (dlq %s, alerts %s), judge %s",
              settings.kafka.input_topic, settings.kafka.results_topic, settings.kafka.dlq_topic,

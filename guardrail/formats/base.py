@@ -58,6 +58,9 @@ class Decoded:
     #: ``unreadable_content``, ``tool_calls`` …): counted on ``/metrics``, never DLQ'd.
     skipped: dict[str, int] = field(default_factory=dict)
     notices: tuple[Notice, ...] = ()
+    #: Spans of agent runs (:class:`guardrail.runs.RunSpan`), assembled into
+    #: runs elsewhere and judged once per run (``otlp`` with ``agent_runs``).
+    run_spans: tuple[Any, ...] = ()
 
 
 @runtime_checkable

@@ -31,6 +31,16 @@ turns before the input only. ``conversation`` is never read from the input.
 
 The budget comes from the validation context: ``Case.model_validate(data,
 context={"conversation_max_chars": 4000})`` (:data:`CONTEXT_KEY`).
+
+``trajectory`` (an agent run as text, issue 30): when the case does not give
+one and its raw messages after the input hold tool activity (OpenAI
+``tool_calls`` with their arguments, ``role: tool`` messages, OTel GenAI
+``tool_call`` / ``tool_call_response`` parts), :func:`derive_trajectory`
+renders the input, those steps and the output with
+:func:`guardrail.runs.trajectory.render_trajectory`. It reads the raw
+messages: :class:`ChatMessage` keeps a tool call's name only. Its budgets come
+from the context too (:data:`TRAJECTORY_CONTEXT_KEY`, default 16000
+characters; :data:`RESULT_CONTEXT_KEY`, each tool result's, default 2000).
 """
 
 from __future__ import annotations
@@ -45,13 +55,19 @@ from pydantic_core import PydanticCustomError
 from .base import json_type
 
 __all__ = ["ChatMessage", "DEFAULT_CONVERSATION_CHARS", "CONTEXT_KEY", "message_text",
-           "derive_fields", "render_turns", "conversation_budget"]
+           "derive_fields", "render_turns", "conversation_budget", "TRAJECTORY_CONTEXT_KEY",
+           "RESULT_CONTEXT_KEY", "DEFAULT_TRAJECTORY_CHARS", "DEFAULT_TOOL_RESULT_CHARS",
+           "trajectory_budget", "derive_trajectory"]
 
 #: The default budget, in characters, of the ``conversation`` field.
 DEFAULT_CONVERSATION_CHARS = 8000
 #: The pydantic validation context key that sets the budget:
 #: ``Case.model_validate(data, context={CONTEXT_KEY: 4000})``.
 CONTEXT_KEY = "conversation_max_chars"
+#: The context keys of the trajectory's budgets (settings of the same names)
+#: and their defaults: the whole rendering, and each tool result or arguments.
+TRAJECTORY_CONTEXT_KEY, RESULT_CONTEXT_KEY = "trajectory_max_chars", "tool_result_max_chars"
+DEFAULT_TRAJECTORY_CHARS, DEFAULT_TOOL_RESULT_CHARS = 16_000, 2000
 
 # Non-text parts are named, not dropped silently: "[image]" tells the judge
 # (and a reader) that the turn showed something it cannot see.
@@ -168,14 +184,25 @@ class ChatMessage(BaseModel):
         return {"role": role.strip(), "text": message_text(data)}
 
 
+def _budget(context: Any, key: str, default: int) -> int:
+    value = context.get(key) if isinstance(context, Mapping) else None
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{key} must be a positive integer, got {value!r}")
+    return value
+
+
 def conversation_budget(context: Any) -> int:
     """The budget from a validation context (``{CONTEXT_KEY: N}``), else the default."""
-    value = context.get(CONTEXT_KEY) if isinstance(context, Mapping) else None
-    if value is None:
-        return DEFAULT_CONVERSATION_CHARS
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{CONTEXT_KEY} must be a positive integer, got {value!r}")
-    return value
+    return _budget(context, CONTEXT_KEY, DEFAULT_CONVERSATION_CHARS)
+
+
+def trajectory_budget(context: Any) -> tuple[int, int]:
+    """``(trajectory_max_chars, tool_result_max_chars)`` from a validation
+    context, else the defaults."""
+    return (_budget(context, TRAJECTORY_CONTEXT_KEY, DEFAULT_TRAJECTORY_CHARS),
+            _budget(context, RESULT_CONTEXT_KEY, DEFAULT_TOOL_RESULT_CHARS))
 
 
 def _cut_turn(message: ChatMessage, max_chars: int) -> str:
@@ -250,3 +277,70 @@ def derive_fields(data: dict[str, Any], max_chars: int) -> dict[str, Any]:
     out["conversation"] = render_turns(messages[:user if user is not None else len(messages)],
                                        max_chars)
     return out
+
+
+def _role(message: Any) -> str | None:
+    role = message.role if isinstance(message, ChatMessage) else (
+        message.get("role") if isinstance(message, Mapping) else None)
+    return role.strip() if isinstance(role, str) else None
+
+
+# Every shape guardrail.runs.steps reads a tool call or result from (OpenAI
+# chat and Responses items, OTel GenAI parts, Anthropic blocks). Checked first
+# so a plain chat case costs a dict lookup per message, not a parse into steps.
+_TOOL_ROLES = ("tool", "function")
+_TOOL_ITEMS = ("function_call", "function_call_output")
+_TOOL_PARTS = ("tool_call", "tool_call_response", "tool_use", "tool_result")
+
+
+def _tool_shaped(message: Any) -> bool:
+    """Whether a raw message may hold a tool call or result (never a false no)."""
+    if not isinstance(message, Mapping):
+        return False
+    role = message.get("role")
+    if (isinstance(role, str) and role.strip().lower() in _TOOL_ROLES
+            or message.get("type") in _TOOL_ITEMS
+            or message.get("tool_calls") or message.get("function_call")):
+        return True
+    return any(isinstance(parts, list) and any(
+        isinstance(p, Mapping) and p.get("type") in _TOOL_PARTS for p in parts)
+        for parts in (message.get("parts"), message.get("content")))
+
+
+def run_messages(raw: Sequence[Any], *, output_given: bool) -> list[Any]:
+    """The raw messages of the run that ends the conversation: those after the
+    last user message (the request), up to the output. When the output is the
+    last assistant message (not given), that message is a step too if it
+    called tools: its calls are actions the judge must see."""
+    end = len(raw)
+    if not output_given:
+        at = next((i for i in range(end - 1, -1, -1) if _role(raw[i]) == "assistant"), None)
+        if at is not None:
+            end = at + 1 if _tool_shaped(raw[at]) else at
+    start = next((i + 1 for i in range(end - 1, -1, -1) if _role(raw[i]) == "user"), 0)
+    return list(raw[start:end])
+
+
+def derive_trajectory(data: Mapping[str, Any], derived: Mapping[str, Any],
+                      budget: tuple[int, int]) -> str | None:
+    """The ``trajectory`` of a case (``data`` as given, ``derived`` its fields
+    after :func:`derive_fields`) whose run holds tool activity, else None::
+
+        derive_trajectory(data, derive_fields(data, 8000), trajectory_budget(context))
+
+    ``budget`` is ``(trajectory_max_chars, tool_result_max_chars)``."""
+    raw = data.get("messages")
+    if not isinstance(raw, (list, tuple)):
+        return None
+    run = run_messages(raw, output_given=data.get("output") is not None)
+    if not any(_tool_shaped(message) for message in run):
+        return None  # plain chat: no parse, no import
+    from ..runs.trajectory import render_trajectory, steps_from_messages  # runs imports formats
+
+    steps = steps_from_messages(run)
+    # has_tool_activity's test, on the steps at hand rather than a second parse.
+    if not any(step.kind in ("tool_call", "tool_result") for step in steps):
+        return None
+    max_chars, result_max_chars = budget
+    return render_trajectory(derived.get("input"), steps, derived.get("output"),
+                             max_chars=max_chars, result_max_chars=result_max_chars)

@@ -24,6 +24,12 @@ Every choice is a case::
   stored-completion ``metadata`` of the request and the response, then the
   record's own labels, each winning over the ones before.
 
+The request's messages pass through as logged, tool calls with their
+arguments and ``role: tool`` results included: an agent loop's log gives its
+case a ``trajectory`` (see :mod:`guardrail.formats.conversation`). A choice
+with text that also calls tools adds its own message after them, so the calls
+it makes are part of the run judged.
+
 Choices without text are counted, not judged: ``skipped["tool_calls"]`` (the
 model only called tools), ``skipped["content_filter"]`` (the provider filtered
 it), ``skipped["empty_output"]`` (anything else). Streamed chunks are not read:
@@ -139,6 +145,9 @@ class OpenAIDecoder:
                 skipped[_skip_reason(choice, called_tools)] += 1
                 continue
             case = {**base, "output": text}
+            if called_tools:  # its calls are actions of the run: the judge must see them
+                said = choice["message"]
+                case["messages"] = [*(messages or ()), {**said, "role": "assistant"}]
             if base.get("case_id") is not None and len(choices) > 1:
                 index = choice.get("index", position)
                 case["case_id"] = f"{base['case_id']}:{index}"

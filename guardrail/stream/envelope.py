@@ -140,6 +140,9 @@ class InputMessage:
     #: ``{"trace_id": 32 hex, "span_id": 16 hex}``: the judged span (``otlp``)
     #: or the input's W3C ``traceparent`` header; None when unknown.
     trace: dict[str, str] | None = None
+    #: An agent run's summary (agent, version, spans, tool calls, models,
+    #: status) when the case is a whole run (:func:`guardrail.runs.run_case`).
+    run: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,8 @@ class DecodedRecord:
     items: list[tuple[Source, InputMessage | BadInput]]
     skipped: dict[str, int] = field(default_factory=dict)
     notices: tuple[Notice, ...] = ()
+    #: Spans of agent runs the record held (assembled into runs elsewhere).
+    run_spans: tuple[Any, ...] = ()
 
 
 def utc_iso(ms: int | float) -> str:
@@ -222,7 +227,7 @@ def decode_record(raw: bytes | None, *, max_bytes: int, source: Source,
         where = source.at(index) if decoder.many_per_record else source
         items.append((where, message_from_case(data, where, trace=header_trace,
                                                conversation_max_chars=conversation_max_chars)))
-    return DecodedRecord(items, dict(decoded.skipped), decoded.notices)
+    return DecodedRecord(items, dict(decoded.skipped), decoded.notices, decoded.run_spans)
 
 
 def _checked(raw: bytes | None, max_bytes: int) -> bytes:
@@ -261,6 +266,7 @@ def message_from_case(data: dict[str, Any], source: Source | None, *,
         event_time = (parse_event_time(data["timestamp"])
                       if data.get("timestamp") is not None else None)
         trace = _trace(data["trace"]) if data.get("trace") is not None else trace
+        run = _run(data.get("run"))
     except ValidationError as exc:
         return BadInput(f"invalid case: {describe_validation(exc)}")
     except ValueError as exc:
@@ -270,7 +276,17 @@ def message_from_case(data: dict[str, Any], source: Source | None, *,
     if source is not None and not case.case_id:
         case = case.model_copy(
             update={"case_id": default_case_id(source.key, source.coordinates)})
-    return InputMessage(case=case, metadata=metadata, event_time_ms=event_time, trace=trace)
+    return InputMessage(case=case, metadata=metadata, event_time_ms=event_time, trace=trace,
+                        run=run)
+
+
+def _run(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("run must be an object (agent, agent_version, spans, tool_calls, "
+                         "models, status)")
+    return value
 
 
 _TRACE_ID, _SPAN_ID = re.compile(r"[0-9a-f]{32}"), re.compile(r"[0-9a-f]{16}")
@@ -324,6 +340,8 @@ def result_record(message: InputMessage, metrics: RedteamMetrics, source: Source
     })
     if message.trace is not None:
         record["trace"] = message.trace
+    if message.run is not None:
+        record["run"] = message.run
     return record
 
 

@@ -47,12 +47,15 @@ from .envelope import (DEFAULT_CONVERSATION_CHARS, BadInput, DecodedRecord, Head
                        result_record)
 from .events import JudgmentEvent, Status
 from .sampling import Sampler
+from .tally import JudgeTally
 from .telemetry import Telemetry
 
 __all__ = ["RawMessage", "Outgoing", "MessageJudge", "JudgeTally", "ResultExporter"]
 
 log = logging.getLogger("guardrail.worker")
 
+#: Marks a record of the run-spans topic as a span (other kinds: ticks, done).
+RUN_SPAN_HEADERS: Headers = (("guardrail-run", b"span"),)
 #: Rounds a batch is retried when only some judgments (below the outage
 #: threshold) failed on the judge's side, before those errors are published.
 PARTIAL_OUTAGE_RETRIES = 3
@@ -90,36 +93,6 @@ class Outgoing:
     headers: Headers = ()
 
 
-@dataclass
-class JudgeTally:
-    """What the metric judgments of published results cost, for run summaries.
-
-    ``judged`` counts judgments asked of the judge (errors included),
-    ``cached`` those served from the cache; ``cost`` is USD at known prices and
-    ``unpriced`` counts judgments whose price is unknown.
-    """
-
-    judged: int = 0
-    cached: int = 0
-    errors: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost: float = 0.0
-    unpriced: int = 0
-
-    def add(self, metrics: RedteamMetrics) -> None:
-        for m in metrics.metrics:
-            self.cached += m.cached
-            self.judged += not m.cached
-            self.errors += m.error is not None
-            self.input_tokens += m.input_tokens
-            self.output_tokens += m.output_tokens
-            if m.cost is None:
-                self.unpriced += 1
-            else:
-                self.cost += m.cost
-
-
 class MessageJudge:
     """Decode, judge and turn a batch into results, judgment events and DLQ records."""
 
@@ -131,8 +104,12 @@ class MessageJudge:
                  decoder: InputDecoder | None = None,
                  conversation_max_chars: int = DEFAULT_CONVERSATION_CHARS,
                  exporter: ResultExporter | None = None,
-                 review: ReviewSettings | None = None) -> None:
+                 review: ReviewSettings | None = None,
+                 run_spans_topic: str | None = None) -> None:
         self.evaluator = evaluator
+        #: Where spans of agent runs go, keyed by trace id, to be assembled
+        #: (:mod:`guardrail.agents.run_assembly`); None: runs are off.
+        self.run_spans_topic = run_spans_topic
         #: The review queue's settings when it is on: chosen results also go
         #: to ``review.review_topic`` (guardrail.review.selection).
         self.review = review
@@ -212,12 +189,25 @@ class MessageJudge:
                 dlq.append(self._dlq(raw, raw.source, decoded.reason))
                 continue
             self._note_skipped(decoded)
+            dlq.extend(self._forward_run_spans(raw, decoded))
             for source, item in decoded.items:
                 if isinstance(item, BadInput):
                     dlq.append(self._dlq(raw, source, item.reason))
                 else:
                     good.append((raw, source, item))
         return good, dlq
+
+    def _forward_run_spans(self, raw: RawMessage, decoded: DecodedRecord) -> list[Outgoing]:
+        """The record's spans of agent runs, one record each keyed by trace id,
+        so one worker assembles each run; published before the record is acked."""
+        if not decoded.run_spans:
+            return []
+        if self.run_spans_topic is None:  # a decoder with a router and nowhere to send
+            raise RuntimeError("run spans decoded but no run_spans_topic set")
+        self.telemetry.run_spans.labels(outcome="forwarded").inc(len(decoded.run_spans))
+        return [Outgoing(self.run_spans_topic, span.trace_id.encode(), span.to_bytes(),
+                         timestamp_ms=raw.source.timestamp_ms, headers=RUN_SPAN_HEADERS)
+                for span in decoded.run_spans]
 
     def _note_skipped(self, decoded: DecodedRecord) -> None:
         """Count what a record held and was not to judge; say each notice once."""

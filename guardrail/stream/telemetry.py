@@ -115,6 +115,20 @@ class Telemetry:
         self.otlp_dropped = Counter("guardrail_otlp_dropped_records", "Evaluation log records "
                                     "not delivered, by reason (queue_full, export_failed, "
                                     "shutdown, invalid)", ["reason"], registry=r)
+        # Agent runs (guardrail.agents.run_assembly).
+        self.run_spans = Counter("guardrail_run_spans", "Spans of agent runs, by outcome "
+                                 "(forwarded to assembly, added to a run, duplicate, late: "
+                                 "its run was judged already, dropped: past a run's caps)",
+                                 ["outcome"], registry=r)
+        self.runs = Counter("guardrail_runs", "Agent runs sent to judging, by status "
+                            "(complete, idle, truncated), and late_span: spans that came "
+                            "for a run already judged", ["outcome"], registry=r)
+        self.open_runs = Gauge("guardrail_open_runs", "Agent runs being assembled on this "
+                               "worker", registry=r)
+        self.open_run_spans = Gauge("guardrail_open_run_spans", "Spans held by the open runs "
+                                    "of this worker", registry=r)
+        self.open_run_bytes = Gauge("guardrail_open_run_bytes", "Bytes of spans held by the "
+                                    "open runs of this worker", registry=r)
 
         # Known label values exist from the start, at 0: Prometheus only sees an
         # increase between two scrapes of a series, so a series born at its first
@@ -127,6 +141,10 @@ class Telemetry:
             self.budget_alerts.labels(state=state)
         for reason in ("queue_full", "export_failed", "shutdown", "invalid"):
             self.otlp_dropped.labels(reason=reason)
+        for outcome in ("forwarded", "added", "duplicate", "late", "dropped"):
+            self.run_spans.labels(outcome=outcome)
+        for outcome in ("complete", "idle", "truncated", "late_span"):
+            self.runs.labels(outcome=outcome)
         self.effective_sample_rate.set(1.0)
 
     def expect_metrics(self, names: Iterable[str]) -> None:

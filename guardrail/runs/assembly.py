@@ -1,0 +1,167 @@
+"""An agent run's bookkeeping while its spans arrive: pure state, no Kafka.
+
+A run moves ``open`` → ``closing`` → ``closed``. Spans are added to an open
+run, once each (keyed by span id: a redelivered record changes nothing).
+A tick asks whether the run is due; a due run becomes ``closing`` with the
+tick's coordinates (the run's judgment is named by them, so a redelivered
+tick re-judges the same run under the same name and the window counter
+skips it); once its result is published, ``done`` makes it ``closed`` and
+its spans are dropped. A closed run is remembered for a while so that a late
+span is counted instead of starting a run of its own::
+
+    header = RunHeader.new("4bf9…", now_ms=1000)
+    book = RunBook()
+    book.add(header, span, now_ms=1000, limits=RunLimits())   # "added" | "duplicate" | ...
+    due(header, now_ms=7000, limits=RunLimits())               # "complete" after the settle time
+
+Times are the worker's wall clock when a span was applied (arrival), not the
+spans' own timestamps: settle and idle measure quiet on the stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+import orjson
+
+from .spans import RunSpan
+
+__all__ = ["RunHeader", "RunLimits", "RunBook", "RunStatus", "AddOutcome", "due",
+           "FORGET_AFTER_MIN_SECONDS"]
+
+RunStatus = Literal["complete", "idle", "truncated"]
+AddOutcome = Literal["added", "duplicate", "late", "dropped"]
+#: A closed run is remembered at least this long (late spans are counted, not
+#: judged as runs of their own), and at least twice the idle time.
+FORGET_AFTER_MIN_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """The run settings the bookkeeping needs (see :class:`~.settings.RunSettings`)."""
+
+    settle_seconds: float = 5.0
+    idle_seconds: float = 180.0
+    max_spans: int = 1000
+    max_bytes: int = 4_000_000
+
+    @property
+    def forget_after_ms(self) -> int:
+        return int(max(FORGET_AFTER_MIN_SECONDS, 2 * self.idle_seconds) * 1000)
+
+
+@dataclass
+class RunHeader:
+    """What the run table keeps about a run besides its spans (one changelog value)."""
+
+    trace_id: str
+    state: Literal["open", "closing", "closed"] = "open"
+    first_ms: int = 0
+    last_ms: int = 0
+    #: When a root span arrived (a parentless span, or an outermost agent span).
+    root_ms: int | None = None
+    spans: int = 0
+    bytes: int = 0
+    #: Spans past the caps, not kept: the run is judged as far as it goes.
+    dropped: int = 0
+    #: ``[partition, offset]`` of the tick that closed it (its judgment's name).
+    tick: list[int] | None = None
+    status: RunStatus | None = None
+    closed_ms: int | None = None
+    late: int = 0
+
+    @classmethod
+    def new(cls, trace_id: str, *, now_ms: int) -> RunHeader:
+        return cls(trace_id=trace_id, first_ms=now_ms, last_ms=now_ms)
+
+    @property
+    def truncated(self) -> bool:
+        return self.dropped > 0
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps({k: v for k, v in asdict(self).items() if v not in (None, 0)
+                             or k in ("trace_id", "state")})
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> RunHeader:
+        try:
+            data = orjson.loads(raw)
+            return cls(**data)
+        except (orjson.JSONDecodeError, TypeError) as exc:
+            raise ValueError(f"not a run header: {exc}") from None
+
+
+def due(header: RunHeader, *, now_ms: int, limits: RunLimits) -> RunStatus | None:
+    """Whether an open run is to be judged now, and as what.
+
+    ``truncated`` at once (more would only be dropped); ``complete`` once the
+    root arrived and nothing new came for the settle time; ``idle`` after the
+    idle time without a root."""
+    if header.state != "open":
+        return None
+    if header.truncated:
+        return "truncated"
+    quiet_ms = now_ms - header.last_ms
+    if header.root_ms is not None and quiet_ms >= limits.settle_seconds * 1000:
+        return "complete"
+    if quiet_ms >= limits.idle_seconds * 1000:
+        return "idle"
+    return None
+
+
+@dataclass
+class RunBook:
+    """The worker's in-memory view of its open runs: headers and span ids per
+    trace (the table holds the same; this answers "which spans" without a scan).
+
+    Rebuilt from the table after every recovery (:meth:`rebuild`)."""
+
+    headers: dict[str, RunHeader] = field(default_factory=dict)
+    span_ids: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def open_runs(self) -> int:
+        return sum(h.state != "closed" for h in self.headers.values())
+
+    @property
+    def spans_held(self) -> int:
+        return sum(len(ids) for ids in self.span_ids.values())
+
+    @property
+    def bytes_held(self) -> int:
+        return sum(sum(ids.values()) for ids in self.span_ids.values())
+
+    def add(self, header: RunHeader, span: RunSpan, *, now_ms: int, limits: RunLimits,
+            size: int) -> AddOutcome:
+        """Apply one span to its run's header and index (the caller writes the
+        table when the outcome is ``added``)."""
+        if header.state != "open":
+            header.late += 1
+            return "late"
+        ids = self.span_ids.setdefault(header.trace_id, {})
+        if span.span_id in ids:
+            return "duplicate"
+        over = len(ids) >= limits.max_spans or header.bytes + size > limits.max_bytes
+        if over and span.parent_id is not None:  # the root is kept: the verdict goes on it
+            header.dropped += 1
+            return "dropped"
+        ids[span.span_id] = size
+        header.spans += 1
+        header.bytes += size
+        header.last_ms = now_ms
+        if span.parent_id is None or (span.kind == "agent" and span.parent_id not in ids):
+            header.root_ms = now_ms
+        return "added"
+
+    def forget_spans(self, trace_id: str) -> list[str]:
+        """Drop a run's span index (it was judged); returns the span ids to delete."""
+        return list(self.span_ids.pop(trace_id, {}))
+
+    def rebuild(self, headers: dict[str, RunHeader], spans: dict[str, dict[str, int]]) -> None:
+        self.headers, self.span_ids = headers, spans
+
+    def quietest_open(self, count: int) -> list[RunHeader]:
+        """The open runs quiet the longest (judged early when memory runs short)."""
+        opened = [h for h in self.headers.values() if h.state == "open"]
+        return sorted(opened, key=lambda h: h.last_ms)[:count]

@@ -1,0 +1,158 @@
+"""The run assembler's bookkeeping, without Kafka: what a span, a tick and a done
+record do to a run, and what a redelivery changes (nothing, or the same
+judgment under the same name)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+import pytest
+from support.run_traffic import agent_run
+
+from guardrail.agents.run_assembly import RunAssembler
+from guardrail.formats.otlp import OtlpDecoder, request_from_bytes
+from guardrail.runs.assembly import RunBook, RunHeader, RunLimits, due
+from guardrail.runs.routing import RunRouter
+from guardrail.settings import Settings
+from guardrail.stream.telemetry import Telemetry
+
+
+@dataclass
+class Message:
+    key: bytes
+    value: bytes
+    headers: list
+    partition: int = 0
+    offset: int = 0
+    topic: str = "app-run-spans"
+    timestamp: float = 1_700_000_000.0
+
+
+@dataclass
+class Assembly:
+    """A RunAssembler over a dict table, with the records it was given."""
+
+    assembler: RunAssembler
+    table: dict = field(default_factory=dict)
+    offset: int = 0
+
+    def send(self, kind: bytes, trace: str, value: bytes = b"") -> Any:
+        self.offset += 1
+        message = Message(trace.encode(), value, [("guardrail-run", kind)], offset=self.offset)
+        return self.assembler.apply(SimpleNamespace(message=message)), message
+
+
+def _assembly(**runs: Any) -> Assembly:
+    settings = Settings(**{"run_settle_seconds": 1, **runs})
+    runtime = SimpleNamespace(settings=settings, telemetry=Telemetry())
+    table: dict = {}
+    return Assembly(RunAssembler(runtime, table, "app-run-spans"), table)
+
+
+def _run_spans(run) -> list[bytes]:
+    decoder = OtlpDecoder(runs=RunRouter())
+    return [span.to_bytes() for record in run.records
+            for span in decoder._cases(request_from_bytes(record, {})).run_spans]
+
+
+def _age(assembly: Assembly, trace: str, seconds: float) -> None:
+    header = assembly.assembler.book.headers[trace]
+    header.last_ms -= int(seconds * 1000)
+    if header.closed_ms:
+        header.closed_ms -= int(seconds * 1000)
+
+
+def test_a_run_is_due_after_the_settle_time_and_judged_with_every_span():
+    run = agent_run(tool="send_email", arguments={"to": "eve@evil.example"})
+    assembly = _assembly()
+    spans = _run_spans(run)
+    for value in spans + spans:  # each span twice: a redelivered record changes nothing
+        assembly.send(b"span", run.trace_id, value)
+    header = assembly.assembler.book.headers[run.trace_id]
+    assert header.spans == len(run.spans) == 4
+    assert assembly.send(b"tick", run.trace_id)[0] is None  # not quiet long enough yet
+    _age(assembly, run.trace_id, 2)
+    judged, tick = assembly.send(b"tick", run.trace_id)
+    case = orjson.loads(judged.value)
+    assert case["case_id"] == f"{run.trace_id}:{run.root_span_id}"
+    assert case["run"]["status"] == "complete" and case["run"]["spans"] == 4
+    assert "eve@evil.example" in case["trajectory"]
+    assert (judged.source.partition, judged.source.offset) == (tick.partition, tick.offset)
+    # The same tick again (a crash before its ack): the same run under the same name.
+    again = assembly.assembler.apply(SimpleNamespace(message=tick))
+    assert again.value == judged.value and again.source == judged.source
+    # Another tick while closing does nothing.
+    assert assembly.send(b"tick", run.trace_id)[0] is None
+
+
+def test_done_closes_the_run_drops_its_spans_and_later_spans_are_late():
+    run = agent_run()
+    assembly = _assembly()
+    for value in _run_spans(run):
+        assembly.send(b"span", run.trace_id, value)
+    _age(assembly, run.trace_id, 2)
+    assembly.send(b"tick", run.trace_id)
+    assembly.send(b"done", run.trace_id)
+    header = assembly.assembler.book.headers[run.trace_id]
+    assert header.state == "closed"
+    assert [k for k in assembly.table if k.startswith("s/")] == []
+    assembly.send(b"span", run.trace_id, _run_spans(run)[0])
+    assert header.late == 1 and assembly.assembler.book.spans_held == 0
+    telemetry = assembly.assembler.telemetry.render().decode()
+    assert 'guardrail_runs_total{outcome="late_span"} 1.0' in telemetry
+    # Forgotten after the horizon: a tick then deletes the header.
+    _age(assembly, run.trace_id, RunLimits().forget_after_ms / 1000 + 1)
+    assembly.send(b"tick", run.trace_id)
+    assert run.trace_id not in assembly.assembler.book.headers
+    assert "h/" + run.trace_id not in assembly.table
+
+
+def test_rebuild_restores_the_book_from_the_table():
+    run = agent_run()
+    assembly = _assembly()
+    for value in _run_spans(run):
+        assembly.send(b"span", run.trace_id, value)
+    runtime = SimpleNamespace(settings=Settings(run_settle_seconds=1), telemetry=Telemetry())
+    fresh = RunAssembler(runtime, assembly.table, "app-run-spans")
+    fresh.rebuild()
+    assert fresh.book.headers[run.trace_id].spans == 4
+    assert fresh.book.spans_held == 4
+
+
+def test_caps_truncate_a_run_and_memory_pressure_judges_the_quietest_early():
+    run = agent_run(tools=10)  # 22 spans
+    assembly = _assembly(run_max_spans=8)
+    for value in _run_spans(run):
+        assembly.send(b"span", run.trace_id, value)
+    header = assembly.assembler.book.headers[run.trace_id]
+    assert header.spans == 9 and header.dropped == 13  # 8 and the root, exported last
+    assert due(header, now_ms=header.last_ms, limits=assembly.assembler.limits) == "truncated"
+    book = RunBook()
+    quiet, busy = RunHeader.new("a" * 32, now_ms=0), RunHeader.new("b" * 32, now_ms=5)
+    book.headers = {quiet.trace_id: quiet, busy.trace_id: busy}
+    assert book.quietest_open(1) == [quiet]
+
+
+@pytest.mark.parametrize("root_ms, quiet_s, expected", [
+    (None, 179, None), (None, 180, "idle"), (0, 4.9, None), (0, 5, "complete")])
+def test_due(root_ms, quiet_s, expected):
+    header = RunHeader(trace_id="t", root_ms=root_ms, last_ms=0)
+    assert due(header, now_ms=int(quiet_s * 1000), limits=RunLimits()) == expected
+
+
+def test_header_round_trip_and_garbage():
+    header = RunHeader(trace_id="t", state="closing", tick=[1, 42], status="idle", spans=3)
+    assert RunHeader.from_bytes(header.to_bytes()) == header
+    with pytest.raises(ValueError, match="not a run header"):
+        RunHeader.from_bytes(b"{nope")
+
+
+def test_plain_chat_spans_are_not_claimed_by_runs():
+    from support.run_traffic import chat_span_record
+
+    record, _ = chat_span_record("hello")
+    decoded = OtlpDecoder(runs=RunRouter())._cases(request_from_bytes(record, {}))
+    assert decoded.run_spans == () and len(decoded.cases) == 1
