@@ -68,7 +68,8 @@ async def calibrate(cases: Sequence[LabelledCase], *, settings: Settings,
     measure it); cache hits are left out of latency figures.
     """
     evaluator = build_evaluator(settings, judge=judge)
-    rubrics = {m.name: m for m in evaluator.base_metrics}
+    # Runs' metrics include the agent rubrics: labels may name them too.
+    rubrics = {m.name: m for m in getattr(evaluator, "run_metrics", evaluator.base_metrics)}
     unknown = sorted({c.metric for c in cases} - set(rubrics))
     if unknown:
         raise InputError(f"labels name unknown metrics {unknown}; known: {sorted(rubrics)} "

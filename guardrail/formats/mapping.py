@@ -44,7 +44,8 @@ from .base import Decoded, Headers, UndecodableRecord, json_type, load_json
 __all__ = ["MappingDecoder", "parse_mapping", "CASE_FIELDS", "METADATA_PREFIX"]
 
 #: Case fields an expression can fill (besides ``metadata.<label>``).
-CASE_FIELDS = ("case_id", "output", "input", "context", "reference", "messages", "timestamp")
+CASE_FIELDS = ("case_id", "output", "input", "context", "reference", "messages", "trajectory",
+               "timestamp")
 METADATA_PREFIX = "metadata."
 _ALLOWED = ", ".join(CASE_FIELDS) + ", metadata.<label>"
 

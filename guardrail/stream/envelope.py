@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -210,8 +211,12 @@ def _metadata(value: Any) -> dict[str, str]:
 def decode_record(raw: bytes | None, *, max_bytes: int, source: Source,
                   decoder: InputDecoder | None = None,
                   conversation_max_chars: int = DEFAULT_CONVERSATION_CHARS,
+                  budgets: Mapping[str, int] | None = None,
                   ) -> DecodedRecord | BadInput:
     """Decode one input record with ``decoder`` (the ``case`` format by default).
+
+    ``budgets`` are further validation budgets of a case's derived fields
+    (``trajectory_max_chars``, ``tool_result_max_chars``).
 
     A record that cannot be read is one :class:`BadInput`; otherwise each case
     is validated on its own, so one bad span of a batch does not sink the rest.
@@ -226,7 +231,8 @@ def decode_record(raw: bytes | None, *, max_bytes: int, source: Source,
     for index, data in enumerate(decoded.cases):
         where = source.at(index) if decoder.many_per_record else source
         items.append((where, message_from_case(data, where, trace=header_trace,
-                                               conversation_max_chars=conversation_max_chars)))
+                                               conversation_max_chars=conversation_max_chars,
+                                               budgets=budgets)))
     return DecodedRecord(items, dict(decoded.skipped), decoded.notices, decoded.run_spans)
 
 
@@ -257,11 +263,12 @@ def decode_input(raw: bytes | None, *, max_bytes: int,
 def message_from_case(data: dict[str, Any], source: Source | None, *,
                       trace: dict[str, str] | None = None,
                       conversation_max_chars: int = DEFAULT_CONVERSATION_CHARS,
+                      budgets: Mapping[str, int] | None = None,
                       ) -> InputMessage | BadInput:
     """Validate one case dict of a decoded record (see :mod:`guardrail.formats.base`)."""
     try:
         case = Case.model_validate(
-            data, context={"conversation_max_chars": conversation_max_chars})
+            data, context={**(budgets or {}), "conversation_max_chars": conversation_max_chars})
         metadata = _metadata(data.get("metadata"))
         event_time = (parse_event_time(data["timestamp"])
                       if data.get("timestamp") is not None else None)

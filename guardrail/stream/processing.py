@@ -105,7 +105,8 @@ class MessageJudge:
                  conversation_max_chars: int = DEFAULT_CONVERSATION_CHARS,
                  exporter: ResultExporter | None = None,
                  review: ReviewSettings | None = None,
-                 run_spans_topic: str | None = None) -> None:
+                 run_spans_topic: str | None = None,
+                 budgets: dict[str, int] | None = None) -> None:
         self.evaluator = evaluator
         #: Where spans of agent runs go, keyed by trace id, to be assembled
         #: (:mod:`guardrail.agents.run_assembly`); None: runs are off.
@@ -116,6 +117,8 @@ class MessageJudge:
         #: The input format (``case`` when None) and its conversation budget.
         self.decoder = decoder or CaseDecoder()
         self.conversation_max_chars = conversation_max_chars
+        #: The trajectory's budgets (``trajectory_max_chars``, ``tool_result_max_chars``).
+        self.budgets = budgets or {}
         #: Where else every result goes (OTLP log records), best effort.
         self.exporter = exporter
         self._noticed: set[str] = set()
@@ -144,6 +147,9 @@ class MessageJudge:
         """Take the groups it needs (worker, kafka, windows, inputs) from ``settings``."""
         options.setdefault("decoder", build_decoder(settings.inputs))
         options.setdefault("conversation_max_chars", settings.inputs.conversation_max_chars)
+        options.setdefault("budgets", {
+            "trajectory_max_chars": settings.runs.trajectory_max_chars,
+            "tool_result_max_chars": settings.runs.tool_result_max_chars})
         if settings.review.review_users_file is not None:
             options.setdefault("review", settings.review)
         return cls(evaluator, worker=settings.worker, kafka=settings.kafka,
@@ -184,7 +190,8 @@ class MessageJudge:
         for raw in batch:
             decoded = decode_record(raw.value, max_bytes=self.worker.max_message_bytes,
                                     source=raw.source, decoder=self.decoder,
-                                    conversation_max_chars=self.conversation_max_chars)
+                                    conversation_max_chars=self.conversation_max_chars,
+                                    budgets=self.budgets)
             if isinstance(decoded, BadInput):
                 dlq.append(self._dlq(raw, raw.source, decoded.reason))
                 continue
