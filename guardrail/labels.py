@@ -4,10 +4,12 @@ Each labelled case is one JSON line::
 
     {"output": "You absolute idiot.", "label": "unsafe", "metric": "toxicity"}
 
-(optional: ``case_id``, ``input``, ``context``, ``reference``, ``note``, and
+(optional: ``case_id``, ``input``, ``context``, ``reference``, ``note``,
 ``messages``, a conversation whose last assistant turn is the output when
-``output`` is absent; any other column is kept, never shown to the judge, and
-carried into ``misjudged.jsonl``). In another input format (``decoder``),
+``output`` is absent (an agent run's tool calls and results there give the case
+its ``trajectory``), and ``trajectory``, a rendered run as ``labels export``
+writes it; any other column is kept, never shown to the judge, and carried
+into ``misjudged.jsonl``). In another input format (``decoder``),
 each line is a record of that format with ``label`` and ``metric`` (and
 ``note``) beside it. Usage::
 
@@ -57,6 +59,8 @@ class LabelledCase(BaseModel):
     reference: str | None = None
     note: str | None = None
     messages: list[Any] | None = None
+    #: An agent run as rendered text; absent, it is derived from ``messages``.
+    trajectory: str | None = None
 
     @model_validator(mode="after")
     def _has_an_output(self) -> LabelledCase:
@@ -77,7 +81,7 @@ class LabelledCase(BaseModel):
         return Case.model_validate({
             "case_id": self.case_id or f"{self.metric}-{index}", "output": self.output,
             "input": self.input, "context": self.context, "reference": self.reference,
-            "messages": self.messages})
+            "messages": self.messages, "trajectory": self.trajectory})
 
 
 def default_labels_path() -> Path:

@@ -71,6 +71,19 @@ def test_the_overview_names_each_topic_setting_with_its_default():
     assert "| [`results_topic`](settings.md#kafka) | `redteam-results` |" in page
 
 
+def _run_case() -> bytes:
+    """A judged agent run's case, as the run assembler hands it to judging."""
+    from support.run_traffic import agent_run
+
+    from guardrail.formats.otlp import OtlpDecoder
+    from guardrail.runs.case import run_case
+    from guardrail.runs.routing import RunRouter
+
+    decoder = OtlpDecoder(runs=RunRouter())
+    spans = [s for r in agent_run().records for s in decoder.decode(r, {}).run_spans]
+    return orjson.dumps(run_case(spans, status="complete"))
+
+
 async def _worker_records(settings, evaluators, batch) -> dict[str, list[Any]]:
     judge = MessageJudge.from_settings(evaluators(settings), settings)
     by_topic: dict[str, list[Any]] = defaultdict(list)
@@ -93,6 +106,7 @@ async def test_what_the_worker_publishes_is_what_the_page_describes(make_setting
                    Source("in", 0, 2, key=b"\xff")),
         RawMessage(b"{broken", Source("in", 1, 3, key=b"k3", headers=headers)),
         RawMessage(b"x" * 300_000, Source("in", 1, 4)),  # too big to travel whole
+        RawMessage(_run_case(), Source("app-run-spans", 0, 9, key=b"run")),  # an agent run
     ]
     out = await _worker_records(settings, evaluators, batch)
     results = [described(ResultRecord, o.value) for o in out[k.results_topic]]
@@ -112,7 +126,8 @@ async def test_what_the_worker_publishes_is_what_the_page_describes(make_setting
         assert outgoing.timestamp_ms == event["event_time_ms"]
     items = [described(ReviewItem, o.value) for o in out[r.review_topic]]
     assert [o.key for o in out[r.review_topic]] == [i["case_id"].encode() for i in items]
-    assert len(items) == 2  # every metric of both results chosen (rates 1.0)
+    assert len(items) == 3  # every metric of the three results chosen (rates 1.0)
+    assert results[2]["run"]["status"] == "complete" and items[2]["run"] == results[2]["run"]
     labels = []
     for raw in out[r.review_topic]:
         item = ReviewItem.decode(raw.value)

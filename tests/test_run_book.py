@@ -156,3 +156,41 @@ def test_plain_chat_spans_are_not_claimed_by_runs():
     record, _ = chat_span_record("hello")
     decoded = OtlpDecoder(runs=RunRouter())._cases(request_from_bytes(record, {}))
     assert decoded.run_spans == () and len(decoded.cases) == 1
+
+
+def test_a_run_is_sampled_by_its_trace_id():
+    from guardrail.models import Case
+    from guardrail.stream.envelope import InputMessage, Source
+    from guardrail.stream.sampling import sample_id
+
+    trace = {"trace_id": "ab" * 16, "span_id": "cd" * 8}
+    source = Source("app-run-spans", 0, 7)
+    run = InputMessage(case=Case(case_id="x:y", output="o"), trace=trace, run={"spans": 3})
+    plain = InputMessage(case=Case(case_id="x:y", output="o"), trace=trace)
+    assert sample_id(run, source) == "ab" * 16
+    assert sample_id(plain, source) == "x:y"
+
+
+def test_past_the_memory_cap_the_quietest_runs_are_ticked_to_be_judged_early():
+    assembly = _assembly(run_memory_bytes=1_000_000)
+    assembler = assembly.assembler
+    for number, last_ms in enumerate((5_000, 1_000, 3_000)):  # 600 KB each, quiet for a while
+        trace = f"{number:032x}"
+        assembler.book.headers[trace] = RunHeader(trace_id=trace, first_ms=0, last_ms=last_ms,
+                                                  bytes=600_000, spans=1)
+        assembler.book.span_ids[trace] = {"s": 600_000}
+    ticks = assembler.due_ticks(now_ms=6_000)  # none is due: no root, not idle yet
+    # 1.8 MB held, 1 MB allowed: the two quietest go, the most recent stays.
+    assert ticks == [(f"{1:032x}", b"force"), (f"{2:032x}", b"force")]
+    assert assembler.ticks_to_send(6_000) == ticks and assembler.ticks_to_send(6_001) == []
+
+
+def test_a_forced_tick_judges_an_open_run_as_far_as_it_goes_marked_idle():
+    run = agent_run(with_root=False)
+    assembly = _assembly()
+    for value in _run_spans(run):
+        assembly.send(b"span", run.trace_id, value)
+    assert assembly.send(b"tick", run.trace_id)[0] is None  # not due
+    judged, _ = assembly.send(b"tick", run.trace_id, b"force")
+    case = orjson.loads(judged.value)
+    assert case["run"]["status"] == "idle" and case["run"]["spans"] == 3

@@ -39,7 +39,7 @@ import orjson
 
 from ..formats import CaseDecoder
 from ..runs.assembly import RunBook, RunHeader, RunLimits, due
-from ..runs.case import run_case
+from ..runs.case import NO_FINAL_ANSWER, run_case
 from ..runs.spans import RunSpan
 from ..stream.envelope import Source
 from ..stream.processing import MessageJudge, Outgoing, RawMessage
@@ -49,7 +49,7 @@ from .windows import ConfirmedTable, _stale
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime
 
-__all__ = ["register", "run_spans_topic", "RUN_TABLE", "RunAssembler", "NO_FINAL_ANSWER"]
+__all__ = ["register", "run_spans_topic", "RUN_TABLE", "RunAssembler"]
 
 log = logging.getLogger("guardrail.runs")
 
@@ -61,9 +61,6 @@ DONE_HEADERS = ((KIND_HEADER, b"done"),)
 SWEEP_SECONDS = 1.0
 TICK_AGAIN_MS = 5000
 BATCH = 500
-#: The output of a run that ended without a final answer: it is still judged
-#: (its trajectory is what matters), and bias/toxicity see this note.
-NO_FINAL_ANSWER = "(the run ended without a final answer)"
 #: Traces whose late spans were logged (once per trace), remembered at most.
 _LATE_LOGGED_MAX = 10_000
 

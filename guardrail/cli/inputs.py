@@ -9,6 +9,11 @@ cases it yields, or why it yields none::
     guardrail inputs check --topic otlp_spans --max 20 --input-format otlp
     guardrail inputs check events.jsonl --input-mapping '{"output": "response.text"}' --json
 
+With ``otlp`` input and agent runs on (``agent_runs``, the default), the spans of
+agent runs are not cases of their own: after the records, it shows the runs they
+assemble into (:mod:`.inputs_runs`): spans per run, whether its root came, the
+status it would get, its rendered trajectory (``--json``: the whole run case).
+
 Exit code 0 when every record decoded (cases or a counted skip), 1 when some
 record would go to the DLQ, 2 for usage and settings errors.
 """
@@ -25,10 +30,12 @@ import click
 import orjson
 
 from ..formats import build_decoder
+from ..formats.base import InputDecoder
 from ..inputs import parse_records
 from ..settings import Settings
 from ..stream.envelope import BadInput, DecodedRecord, InputMessage, Source, decode_record
 from .batch import input_format_options, settings_from_flags, settings_options
+from .inputs_runs import RunCollector, run_text, span_counts
 
 __all__ = ["inputs_group"]
 
@@ -46,24 +53,33 @@ def inputs_group() -> None:
 @click.option("--max", "limit", type=click.IntRange(min=1), default=20, show_default=True,
               help="Records to check.")
 @click.option("--bootstrap-servers", help="Kafka bootstrap servers (with --topic).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON line per record.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON line per record, then one per agent run.")
+@click.option("--agent-runs/--no-agent-runs", default=None,
+              help="With --input-format otlp: assemble the spans of agent runs into runs, as "
+                   "the worker does (setting agent_runs, on by default).")
 @input_format_options
 @settings_options
 def check_command(path: str | None, topic: str | None, limit: int, bootstrap_servers: str | None,
                   as_json: bool, **flags: Any) -> None:
     """Show the cases each record yields (PATH: JSON, JSON Lines, or one OTLP
-    protobuf message), or why it yields none."""
+    protobuf message), or why it yields none; with OTLP input, then the agent
+    runs the records' spans assemble into."""
     if (path is None) == (topic is None):
         raise click.UsageError("give a file PATH or --topic, not both")
     settings = settings_from_flags(bootstrap_servers=bootstrap_servers, **flags)
     decode = _decoding(settings)  # a bad mapping fails here, before anything is read
     records = (_file_records(Path(path), settings, decode) if path is not None
                else _topic_records(settings, topic or "", limit, decode))
+    runs = RunCollector(settings.runs)
     failed = 0
     for index, (where, decoded) in enumerate(records):
         if index >= limit:
             break
         failed += _show(where, decoded, as_json)
+        if isinstance(decoded, DecodedRecord):
+            runs.add(decoded.run_spans)
+    _show_runs(runs, as_json)
     sys.exit(1 if failed else 0)
 
 
@@ -72,7 +88,7 @@ Decode = Callable[[bytes, Source], "DecodedRecord | BadInput"]
 
 def _decoding(settings: Settings) -> Decode:
     """The worker's decoding of one record under ``settings``."""
-    decoder = build_decoder(settings.inputs)
+    decoder = _decoder(settings)
 
     def decode(raw: bytes, source: Source) -> DecodedRecord | BadInput:
         return decode_record(raw, max_bytes=settings.worker.max_message_bytes, source=source,
@@ -80,6 +96,17 @@ def _decoding(settings: Settings) -> Decode:
                              conversation_max_chars=settings.inputs.conversation_max_chars)
 
     return decode
+
+
+def _decoder(settings: Settings) -> InputDecoder:
+    """The worker's decoder: with ``otlp`` input and agent runs on, one that takes the
+    spans of agent runs out of the records (as ``run_spans``) instead of judging them."""
+    if settings.inputs.input_format == "otlp" and settings.runs.agent_runs:
+        from ..formats.otlp import OtlpDecoder
+        from ..runs.routing import RunRouter
+
+        return OtlpDecoder(labels=settings.inputs.otlp_labels, runs=RunRouter())
+    return build_decoder(settings.inputs)
 
 
 def _file_records(path: Path, settings: Settings, decode: Decode
@@ -119,18 +146,32 @@ def _show(where: str, decoded: DecodedRecord | BadInput, as_json: bool) -> int:
                    else f"{where}: DLQ: {decoded.reason}")
         return 1
     cases = [_case_view(source, item) for source, item in decoded.items]
+    in_runs = span_counts(decoded.run_spans)
     if as_json:
-        click.echo(orjson.dumps({"where": where, "cases": cases,
-                                 "skipped": decoded.skipped}).decode())
+        line = {"where": where, "cases": cases, "skipped": decoded.skipped}
+        click.echo(orjson.dumps({**line, "run_spans": in_runs} if in_runs else line).decode())
     else:
         skipped = ", ".join(f"{n} {outcome}" for outcome, n in decoded.skipped.items())
+        runs = ", ".join(f"{n} span{'' if n == 1 else 's'} of agent run {trace}"
+                         for trace, n in in_runs.items())
         click.echo(f"{where}: {len(cases)} case(s)" + (f"; not judged: {skipped}" if skipped
-                                                       else ""))
+                                                       else "")
+                   + (f"; {runs}" if runs else ""))
         for case in cases:
             click.echo("  " + _case_line(case))
         for notice in decoded.notices:
             click.echo(f"  note: {notice.text}")
     return int(any("dlq" in case for case in cases))
+
+
+def _show_runs(runs: RunCollector, as_json: bool) -> None:
+    """The agent runs the records' spans assemble into, each as the worker judges it."""
+    views = runs.views()
+    if not as_json and views:
+        click.echo(f"\n{len(views)} agent run(s) from these records (each judged once, as "
+                   "one case; its verdict on the root span):")
+    for view in views:
+        click.echo(orjson.dumps({"run": view}).decode() if as_json else "\n" + run_text(view))
 
 
 def _case_view(source: Source, item: InputMessage | BadInput) -> dict[str, Any]:

@@ -8,27 +8,24 @@ in Firefox), and Tab / arrow keys / Enter work as in any form::
     html = render_login(token, next_path="/review", error="wrong name or password")
     response.headers.update(SECURITY_HEADERS)
 
-Every judged string is HTML-escaped piece by piece: the evidence spans are
-found in the raw text, and each piece between them is escaped on its own, so
-a ``<mark>`` never lands inside an entity. Bidirectional controls (an
-RTL override could make text read backwards) and invisible characters are
-replaced by visible markers, which also takes their effect away.
+Every judged string is HTML-escaped piece by piece, with the evidence marked
+in place and control characters made visible (:mod:`.marks`). An agent run's
+item (one with a ``trajectory``) shows the run as its steps (:mod:`.run_view`).
 """
 
 from __future__ import annotations
 
-import re
-import unicodedata
-from collections.abc import Iterable
 from dataclasses import dataclass
 from html import escape
 
+from .marks import MAX_MARKS, highlight, show as _show
 from .queue import Offer, Remaining
 from .records import ReviewItem, ReviewMetric
+from .run_view import render_run
 from .style import CSS
 
 __all__ = ["Viewer", "render_item", "render_empty", "render_login", "render_message",
-           "highlight", "SECURITY_HEADERS", "KEYS"]
+           "highlight", "SECURITY_HEADERS", "KEYS", "MAX_MARKS"]
 
 #: No script, nothing fetched, no framing; forms post only here.
 SECURITY_HEADERS = {
@@ -49,14 +46,6 @@ CHOICE_TEXT = {"agree": "Agree", "disagree_safe": "Disagree: it is safe",
 SLICE_TEXT = {"error": "the judge failed on it", "unsafe": "the judge said UNSAFE",
               "band": "P(UNSAFE) was close to the threshold",
               "safe": "a random sample of SAFE verdicts"}
-#: Most marks drawn in one text (a one-letter "span" would mark every letter).
-MAX_MARKS = 500
-
-_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u061c\u200b\u200e\u200f"
-                       "\u202a-\u202e\u2060\u2066-\u2069\ufeff]")
-_SHORT = {"\u202a": "LRE", "\u202b": "RLE", "\u202c": "PDF", "\u202d": "LRO", "\u202e": "RLO",
-          "\u2066": "LRI", "\u2067": "RLI", "\u2068": "FSI", "\u2069": "PDI", "\u200e": "LRM",
-          "\u200f": "RLM", "\u061c": "ALM", "\u200b": "ZWSP", "\u2060": "WJ", "\ufeff": "BOM"}
 
 
 @dataclass(frozen=True)
@@ -67,54 +56,6 @@ class Viewer:
     csrf: str
     #: "session" (signed in with the form) or "basic" (HTTP basic auth).
     via: str = "session"
-
-
-def _marker(match: re.Match[str]) -> str:
-    char = match.group()
-    code = f"U+{ord(char):04X}"
-    name = unicodedata.name(char, "control character")
-    return f'<span class="ctl" title="{code} {escape(name)}">{_SHORT.get(char, code)}</span>'
-
-
-def _show(raw: str) -> str:
-    """Escaped text with control and bidi characters made visible (and inert)."""
-    return _CONTROLS.sub(_marker, escape(raw))
-
-
-def _find(text: str, spans: Iterable[tuple[str, str]]) -> tuple[list[list], set[str]]:
-    marks: list[tuple[int, int, str]] = []
-    found: set[str] = set()
-    for metric, span in spans:
-        if not span.strip():
-            continue
-        start = text.find(span)
-        if start != -1:
-            found.add(span)
-        while start != -1 and len(marks) < MAX_MARKS:
-            marks.append((start, start + len(span), metric))
-            start = text.find(span, start + len(span))
-    merged: list[list] = []  # [start, end, metrics]: overlapping spans become one mark
-    for start, end, metric in sorted(marks):
-        if merged and start < merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-            merged[-1][2].add(metric)
-        else:
-            merged.append([start, end, {metric}])
-    return merged, found
-
-
-def highlight(text: str, spans: Iterable[tuple[str, str]]) -> tuple[str, set[str]]:
-    """``(html, found)``: ``text`` escaped, each ``(metric, span)`` occurrence in
-    ``<mark>``; ``found`` holds the spans that occur in it."""
-    merged, found = _find(text, spans)
-    out, pos = [], 0
-    for start, end, metrics in merged:
-        title = escape("evidence for " + ", ".join(sorted(metrics)))
-        out.append(f'{_show(text[pos:start])}<mark title="{title}">'
-                   f'{_show(text[start:end])}</mark>')
-        pos = end
-    out.append(_show(text[pos:]))
-    return "".join(out), found
 
 
 def _count(remaining: Remaining) -> str:
@@ -153,14 +94,26 @@ def _notices(flash: str | None, error: str | None) -> str:
 
 def _fields(item: ReviewItem, metrics: tuple[ReviewMetric, ...]) -> tuple[str, set[str]]:
     spans = [(m.name, s) for m in metrics for s in m.evidence_spans]
+    run = render_run(item, spans)
     parts, found = [], set()
     for name, text in item.fields.items():
+        if run is not None and name == "trajectory":
+            continue
         body, seen = highlight(text, spans)
         found |= seen
         parts.append(f'<section class="field" data-field="{escape(name)}"><h3>{escape(name)} '
                      f'<span class="sub">{len(text):,} characters</span></h3>'
                      f'<div class="judged" dir="auto">{body}</div></section>')
-    return "".join(parts), found
+    if run is None:
+        return "".join(parts), found
+    # An agent run: its steps first. Its other fields (the final answer, the request,
+    # the conversation: the message rubrics' reading) follow folded, and open only
+    # when they hold evidence the steps do not.
+    steps, in_steps = run
+    names = ", ".join(escape(name) for name in item.fields if name != "trajectory")
+    others = (f'<details class="fields"{" open" if found - in_steps else ""}><summary>'
+              f'Also judged: {names}</summary>{"".join(parts)}</details>') if parts else ""
+    return steps + others, found | in_steps
 
 
 def _meta(item: ReviewItem) -> str:

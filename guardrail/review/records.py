@@ -127,12 +127,16 @@ class ReviewItem(_Record):
     kind: Literal["review_item"] = Field(default="review_item", description="The record kind.")
     case_id: str = Field(description="The judged case's id (also the Kafka key).")
     fields: dict[str, str] = Field(description=(
-        "The judged text by field name (output, input, context, reference, conversation)."))
+        "The judged text by field name (output, input, context, reference, conversation, "
+        "and an agent run's trajectory)."))
     metrics: tuple[ReviewMetric, ...] = Field(description="The metrics chosen for review.")
     labels: dict[str, str] = Field(default_factory=dict, description=(
         "The result's metadata labels (model, model_version, …)."))
     trace: dict[str, str] | None = Field(default=None, description=(
         "``trace_id`` and ``span_id`` when the result's trace is known, else null."))
+    run: dict[str, Any] | None = Field(default=None, description=(
+        "An agent run's summary, as in its result (agent, agent_version, spans, "
+        "tool_calls, models, status); null for a case that is no assembled run."))
     judge_model: str = Field(description="The configured judge model.")
     event_time_ms: int = Field(description="The result's event time, epoch ms.")
     judged_at: str = Field(default_factory=_now_iso, description=(
@@ -203,7 +207,7 @@ class LabelRecord(_Record):
         row: dict[str, Any] = {"case_id": self.case_id, "metric": self.metric,
                                "label": self.label}
         row.update({k: v for k, v in self.fields.items()
-                    if k in ("output", "input", "context", "reference")})
+                    if k in ("output", "input", "context", "reference", "trajectory")})
         if self.note:
             row["note"] = self.note
         row.update({"reviewer": self.reviewer, "labelled_at": self.labelled_at,

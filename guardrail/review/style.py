@@ -3,7 +3,8 @@
     f"<style>{CSS}</style>"
 
 The judged text sits left in a scrolling box (100 KB stays usable), the
-rubric and the choices right; one column below ~1,000 px.
+rubric and the choices right; one column below ~1,000 px. An agent run's steps
+are blocks indented by depth, tool calls tinted, tool results foldable.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ header h1 span { font-weight: 400; color: var(--muted); }
 .card { background: #fff; border: 1px solid var(--line); border-radius: 8px;
   padding: 10px 14px 12px; }
 .card h2 { margin: 0 0 6px; font-size: 16px; }
-.field h3 { margin: 10px 0 4px; font-size: 13px; color: var(--muted); font-weight: 600; }
+.field h3, .run h3 { margin: 10px 0 4px; font-size: 13px; color: var(--muted);
+  font-weight: 600; }
 .judged { unicode-bidi: isolate; white-space: pre-wrap; overflow-wrap: anywhere;
   max-height: 68vh; overflow: auto; border: 1px solid var(--line); border-radius: 6px;
   padding: 8px 10px; background: #f8fafc; font: 13.5px/1.5 ui-monospace, "SFMono-Regular",
@@ -42,6 +44,29 @@ header h1 span { font-weight: 400; color: var(--muted); }
 .ctl { unicode-bidi: isolate; font: 600 10px/1 system-ui, sans-serif; color: #fff;
   background: var(--bad); border-radius: 3px; padding: 0 3px; margin: 0 1px;
   vertical-align: 1px; }
+.steps { max-height: 68vh; overflow: auto; border: 1px solid var(--line); border-radius: 6px;
+  padding: 6px 8px; background: #f8fafc; font: 13px/1.45 ui-monospace, "SFMono-Regular",
+  Menlo, Consolas, monospace; unicode-bidi: isolate; }
+.step, details.result { white-space: pre-wrap; overflow-wrap: anywhere; margin: 2px 0;
+  padding: 3px 6px; border-left: 3px solid var(--line); }
+.step .num { color: var(--muted); margin-right: 6px; }
+.step .tag { font: 600 11px/1 system-ui, sans-serif; text-transform: uppercase;
+  letter-spacing: .03em; color: var(--muted); margin-right: 8px; white-space: nowrap; }
+.step.request, .step.final { border-left-color: var(--accent); background: #eff6ff; }
+.step.tool-call { border-left-color: var(--warn); background: #fffbeb; }
+.step.agent { border-left-color: #7c3aed; }
+.step.cut, .step.text { color: var(--muted); border-left-style: dashed; }
+details.result { border-left-color: #94a3b8; background: #fff; }
+details.result summary { cursor: pointer; color: var(--muted); font: 12px system-ui,
+  sans-serif; white-space: normal; }
+.result-text { border-top: 1px dashed var(--line); margin-top: 3px; padding-top: 3px; }
+.step mark, details.result mark { background: #fde68a; box-shadow: 0 0 0 1px #f59e0b; }
+details.as-judged, details.fields { margin-top: 8px; }
+details.as-judged summary, details.fields summary { cursor: pointer; color: var(--muted);
+  font-size: 12.5px; }
+dl.run-block { margin: 0 0 6px; }
+dl.run-block dd.ok { color: var(--ok); font-weight: 600; }
+dl.run-block dd.warn { color: var(--warn); font-weight: 600; }
 dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px;
   margin: 8px 0 0; font-size: 12.5px; }
 dl.meta dt { color: var(--muted); }

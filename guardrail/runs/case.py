@@ -24,7 +24,11 @@ from .spans import RunSpan
 from .steps import steps_from_spans
 from .trajectory import render_trajectory
 
-__all__ = ["run_case", "root_span", "MAX_CONVERSATION_ANSWERS"]
+__all__ = ["run_case", "root_span", "MAX_CONVERSATION_ANSWERS", "NO_FINAL_ANSWER"]
+
+#: The output of a run that ended without a final answer: it is still judged
+#: (its trajectory is what matters), and bias/toxicity see this note.
+NO_FINAL_ANSWER = "(the run ended without a final answer)"
 
 #: Assistant turns (before the final answer) kept in a run case's ``messages``.
 MAX_CONVERSATION_ANSWERS = 5
@@ -131,4 +135,8 @@ def _metadata(root: RunSpan, ordered: Sequence[RunSpan],
         value = next((getattr(s, attribute) for s in named if getattr(s, attribute)), None)
         if value:
             merged[key] = value
+    if "agent_version" not in merged and merged.get("model_version"):
+        # No agent span said it (its root never came): the service's version, as
+        # for agent spans without gen_ai.agent.version.
+        merged["agent_version"] = merged["model_version"]
     return merged

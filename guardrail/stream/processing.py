@@ -331,7 +331,7 @@ class MessageJudge:
             message.case, metrics, self.evaluator.effective_config(message.case).metrics,
             review=self.review, thresholds=self.evaluator.evaluation.verdict_thresholds,
             judge_model=self.evaluator.judge.model, event_time_ms=event_ms,
-            labels=message.metadata, trace=message.trace)
+            labels=message.metadata, trace=message.trace, run=message.run)
         if item is None:
             return []
         self.telemetry.review_items.inc()

@@ -63,8 +63,11 @@ __all__ = ["sample_point", "is_sampled", "sample_id", "Sampler", "VersionQuota",
            "DictStore"]
 
 def sample_id(message: InputMessage, source: Source) -> str:
-    """The id a message is sampled by (its case_id; decoding already applied
-    the key / coordinates rule to a case without one)."""
+    """The id a message is sampled by: an agent run's trace id (the whole run is
+    in or out), else its case_id (decoding already applied the key /
+    coordinates rule to a case without one)."""
+    if message.run is not None and message.trace is not None:
+        return message.trace["trace_id"]
     return message.case.case_id or source.coordinates
 
 

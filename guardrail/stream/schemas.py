@@ -71,6 +71,27 @@ class TraceContext(WireRecord):
     """16 lowercase hex digits."""
 
 
+class RunSummary(WireRecord):
+    """An agent run judged as one case (``otlp`` input with ``agent_runs``)."""
+
+    agent: str | None = None
+    """The agent's name (``gen_ai.agent.name``, OpenInference ``agent.name``,
+    OpenLLMetry's entity name); null when no span named it."""
+    agent_version: str | None = None
+    """``gen_ai.agent.version``, else the resource's ``service.version``."""
+    spans: int
+    """Spans the run was judged with."""
+    tool_calls: int
+    """Tool calls in the run."""
+    models: list[str]
+    """The models the run's model calls used, sorted."""
+    status: Literal["complete", "idle", "truncated"]
+    """``complete``: judged ``run_settle_seconds`` after its root span arrived;
+    ``idle``: judged after ``run_idle_seconds`` without a root (or early, when the
+    worker's open runs passed ``run_memory_bytes``); ``truncated``: past
+    ``run_max_spans`` / ``run_max_bytes``, judged as far as it goes."""
+
+
 class ResultRecord(RedteamMetrics, WireRecord):
     """A judged case: the spec's ``RedteamMetrics`` (``metrics`` and ``cost``)
     plus the fields that name the case and join it back to its input."""
@@ -103,7 +124,11 @@ class ResultRecord(RedteamMetrics, WireRecord):
     headers as Kafka headers, so ``traceparent`` propagates."""
     trace: TraceContext | None = None
     """Present when the trace is known: the judged span (``otlp`` input), the
-    case's own ``trace``, or the input's W3C ``traceparent`` header."""
+    case's own ``trace``, or the input's W3C ``traceparent`` header. For an agent
+    run: its root span."""
+    run: RunSummary | None = None
+    """Present when the case is a whole agent run (then ``case_id`` is
+    ``<trace_id>:<root span id>``)."""
 
 
 class DlqSource(WireRecord):
