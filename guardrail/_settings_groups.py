@@ -10,7 +10,7 @@ pydantic and printed in the generated settings reference
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
@@ -109,6 +109,24 @@ class JudgeSettings(BaseModel):
     output_cost_per_token: float | None = None
     """USD per output token of the judge model; see ``judge_input_cost_per_token``.
     Never applied to the cascade's escalation judge."""
+    protocol: Literal["rubric", "llama_guard", "yes_no", "qwen3guard", "policy",
+                      "moderation"] = "rubric"
+    """How the judge is asked and answered: ``rubric`` (the rubric prompt, a JSON
+    verdict), or a guard model's own format: ``llama_guard`` (Llama Guard 3/4),
+    ``yes_no`` (ShieldGemma, Granite Guardian), ``qwen3guard``, ``policy``
+    (gpt-oss-safeguard and other written-policy models) or ``moderation`` (an
+    OpenAI-compatible ``/v1/moderations`` endpoint). A metric a guard does not
+    cover gets an error naming it, never SAFE."""
+    protocol_options: dict[str, Any] = Field(default_factory=dict)
+    """Options of a guard protocol, e.g. ``{"flavor": "granite3.3", "policy_via":
+    "system"}`` for ``yes_no``; empty: the protocol's defaults."""
+    guard_categories: dict[str, Any] | None = None
+    """Metric → the guard's categories, merged over the shipped map of the protocol
+    (``rubrics/guards/<protocol>.yaml``); a metric mapped to ``null`` is removed.
+    Unset: the shipped map."""
+    qwen3guard_controversial: Literal["unsafe", "safe"] = "unsafe"
+    """What Qwen3Guard's ``Controversial`` (and other guards' unsure answers) counts
+    as."""
 
 
 class EvaluationSettings(BaseModel):

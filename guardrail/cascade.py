@@ -92,7 +92,9 @@ def escalation_judge_settings(judge: Any, escalation: EscalationSettings) -> Any
     return judge.model_copy(update={
         "model": escalation.model, "api_base": escalation.api_base,
         "api_key": escalation.api_key,
-        "input_cost_per_token": None, "output_cost_per_token": None})
+        "input_cost_per_token": None, "output_cost_per_token": None,
+        # The second stage is a rubric judge: violations and evidence for what it sees.
+        "protocol": "rubric", "protocol_options": {}, "guard_categories": None})
 
 
 class _Judging(Protocol):

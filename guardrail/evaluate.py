@@ -43,6 +43,7 @@ a changed threshold applies to cached judgments as well, at no judge cost.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from ._tasks import gather_or_cancel
@@ -55,11 +56,13 @@ from .models import (PASS_THRESHOLD, Case, CostEstimate, JudgeVerdict, MetricRes
 from .parsing import ground_spans
 from .prompts import JudgePrompt, render_group_prompt, render_prompt
 from .rubrics import agent_metrics, default_metrics, load_rubric_dir, merge_metrics
-from .settings import DEFAULT_CACHE_PATH, EvaluationSettings, Settings
+from .settings import DEFAULT_CACHE_PATH, EvaluationSettings, JudgeSettings, Settings
 from .verdicts import DEFAULT_THRESHOLD, apply_threshold, severity_to_score
 
 __all__ = ["Evaluator", "EffectiveConfig", "build_evaluator", "open_cache", "severity_to_score",
            "score_answer", "sampled_result", "MISSING_OUTPUT"]
+
+log = logging.getLogger("guardrail.judge")
 
 MISSING_OUTPUT = "not judged: output is required and is missing or empty"
 #: Judgments an in-memory cache keeps: it only has to bridge outage retries,
@@ -171,7 +174,7 @@ def build_evaluator(settings: Settings, *, judge: Judge | None = None,
     cache :func:`open_cache` chooses; ``aclose()`` releases both. With
     ``escalate_model`` set, a :class:`~guardrail.cascade.Cascade` to that judge
     (or ``escalation_judge``), sharing the cache."""
-    first = judge or LLMJudge(settings.judge)
+    first = judge or make_judge(settings.judge)
     cache = open_cache(settings.evaluation, persistent=persistent_cache)
     cascade = None
     if settings.escalation.model:
@@ -179,7 +182,26 @@ def build_evaluator(settings: Settings, *, judge: Judge | None = None,
             escalation_judge_settings(settings.judge, settings.escalation))
         cascade = Cascade(Evaluator(second, evaluation=settings.evaluation, cache=cache),
                           first_model=first.model, band=settings.escalation.band)
-    return Evaluator(first, evaluation=settings.evaluation, cache=cache, cascade=cascade)
+    evaluator = Evaluator(first, evaluation=settings.evaluation, cache=cache, cascade=cascade)
+    use_rubrics = getattr(first, "use_rubrics", None)
+    if use_rubrics is not None:  # a guard: policies from the rubrics; say what it covers
+        use_rubrics(evaluator.run_metrics)
+        log.info("judge %s (%s): %s", first.model, settings.judge.protocol,
+                 first.describe(m.name for m in evaluator.run_metrics))  # type: ignore[attr-defined]
+    return evaluator
+
+
+def make_judge(settings: JudgeSettings) -> Judge:
+    """The judge ``judge_protocol`` names: the rubric judge, or a guard model
+    (:mod:`guardrail.judges`, loaded only when chosen)."""
+    if settings.protocol == "rubric":
+        return LLMJudge(settings)
+    from .judges import GuardJudge
+
+    return GuardJudge(settings, settings.protocol, options=settings.protocol_options,
+                      categories=settings.guard_categories,
+                      unsure_verdict="UNSAFE" if settings.qwen3guard_controversial == "unsafe"
+                      else "SAFE")
 
 
 class Evaluator:

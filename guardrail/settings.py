@@ -86,6 +86,7 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
 _SECRETS = ("judge_api_key", "escalate_api_key", "sasl_password")
 _LIST_FIELDS = {"group_labels"}
 _JSON_FIELDS = {"redteam", "alert_rules", "sample_rules", "verdict_thresholds",
+                "judge_protocol_options", "judge_guard_categories",
                 "input_mapping", "otlp_labels"}
 
 

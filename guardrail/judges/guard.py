@@ -137,6 +137,11 @@ class GuardJudge:
         self.probabilities_available: bool | None = None
         self._said_no_logprobs = False
 
+    def use_rubrics(self, rubrics: Iterable[MetricRubric]) -> None:
+        """The rubrics the ``yes_no`` and ``policy`` protocols turn into policies,
+        by metric name (the evaluator's metrics, once it knows them)."""
+        self._rubrics.update((r.name, r) for r in rubrics)
+
     def _transport(self) -> Transport:
         if not isinstance(self.protocol, Moderation):
             return make_guard_transport(self._settings)

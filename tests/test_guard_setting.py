@@ -1,0 +1,62 @@
+"""``judge_protocol`` picks a guard model as the judge: the evaluator, the batch
+command and the worker build it from settings; the cascade's second stage stays
+a rubric judge."""
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import pytest
+from test_guard_judge import GuardServer, llama, server  # noqa: F401  (server: a fixture)
+
+from guardrail.cascade import escalation_judge_settings
+from guardrail.errors import ConfigError
+from guardrail.evaluate import build_evaluator
+from guardrail.judges import GuardJudge
+from guardrail.models import Case
+from guardrail.settings import load_settings
+
+
+def _settings(server, **overrides):  # noqa: F811
+    return load_settings(environ={"GUARDRAIL_JUDGE_PROTOCOL": "llama_guard"}, **{
+        "judge_model": "openai/llama-guard", "judge_api_base": server.api_base,
+        "judge_api_key": "sk-test", "judge_max_retries": 0, **overrides})
+
+
+async def test_the_setting_builds_a_guard_judge_whose_results_keep_the_contract(server):  # noqa: F811
+    server.answer = lambda body: llama(0.91)
+    evaluator = build_evaluator(_settings(server))
+    try:
+        assert isinstance(evaluator.judge, GuardJudge)
+        metrics = await evaluator.evaluate(Case(case_id="c1", output="They are vermin."))
+    finally:
+        await evaluator.aclose()
+    assert len(server.requests) == 1  # every metric of the case from one guard call
+    by_name = {m.name: m for m in metrics.metrics}
+    bias = by_name["bias"].result[0]
+    assert (bias.verdict, bias.violations, bias.evidence_spans) == ("UNSAFE", ["S10: Hate"], [])
+    assert by_name["bias"].score == 0.0 and bias.passed is False
+
+
+async def test_an_agent_rubric_the_guard_does_not_cover_is_an_error_naming_it(server):  # noqa: F811
+    server.answer = lambda body: llama(0.02)
+    evaluator = build_evaluator(_settings(server))
+    case = Case(case_id="run", output="Done.", trajectory="USER REQUEST: hi\nFINAL ANSWER: Done.")
+    try:
+        metrics = await evaluator.evaluate(case)
+    finally:
+        await evaluator.aclose()
+    by_name = {m.name: m for m in metrics.metrics}
+    assert by_name["bias"].result[0].verdict == "SAFE"
+    drift = by_name["goal_drift"]
+    assert drift.score is None and "goal_drift" in (drift.error or "")
+    assert "openai/llama-guard" in drift.error
+
+
+def test_the_escalation_stage_is_a_rubric_judge_and_bad_options_are_config_errors(server):  # noqa: F811
+    settings = _settings(server, escalate_model="openai/big-judge",
+                         judge_protocol_options={"flavor": "granite3.3"})
+    second = escalation_judge_settings(settings.judge, settings.escalation)
+    assert second.protocol == "rubric" and second.protocol_options == {}
+    with pytest.raises(ConfigError):
+        build_evaluator(_settings(server, judge_protocol_options={"no_such_option": 1}))
