@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, SecretStr, field_validator
 
@@ -69,6 +69,11 @@ class EscalationSettings(BaseModel):
     """The P(UNSAFE) interval, ends included, in which a first judgment is escalated:
     low and high with 0 ≤ low ≤ high ≤ 1. A judgment without P(UNSAFE) is never
     escalated. In the environment as two numbers, ``0.2,0.8``."""
+    on: Literal["unsure", "unsafe", "both"] = "unsure"
+    """Which first judgments are judged again: ``unsure`` (P(UNSAFE) in
+    ``escalate_band``), ``unsafe`` (every UNSAFE verdict, e.g. a guard's, to get
+    violations and evidence for what is flagged) or ``both``. Metrics the first
+    judge does not cover (a guard model's) are always escalated."""
 
     @field_validator("band", mode="before")
     @classmethod
@@ -113,11 +118,12 @@ class Cascade:
     """Review a case's first judgments; see the module text for the rules."""
 
     def __init__(self, escalation: _Judging, *, first_model: str,
-                 band: tuple[float, float] = (0.2, 0.8)) -> None:
+                 band: tuple[float, float] = (0.2, 0.8),
+                 on: Literal["unsure", "unsafe", "both"] = "unsure") -> None:
         self.escalation = escalation
         self.model = escalation.judge.model
         self.first_model = first_model
-        self.band = band
+        self.band, self.on = band, on
         if self.model == first_model:
             # The cache tells the two judges' judgments apart by model name.
             raise ConfigError(f"escalate_model must differ from judge_model (both "
@@ -136,15 +142,23 @@ class Cascade:
         p, (low, high) = result.probability_unsafe, self.band
         return result.error is None and p is not None and low <= p <= high
 
+    def escalates(self, result: MetricResult) -> bool:
+        """Is this first judgment judged again (``escalate_on``; uncovered always)?"""
+        if result.uncovered:
+            return True
+        unsure = self.in_band(result)
+        unsafe = result.error is None and result.unsafe
+        return {"unsure": unsure, "unsafe": unsafe, "both": unsure or unsafe}[self.on]
+
     async def review(self, case: Case, config: Any, results: Sequence[MetricResult], *,
                      per_message: bool) -> list[MetricResult]:
-        """The final results: the unsure ones judged again, every verdict stamped
-        with the model that decided it."""
+        """The final results: the escalated ones judged again, every verdict
+        stamped with the model that decided it."""
         firsts = [_decided_by(r, self.first_model) for r in results]
         self._say_once_if_no_probability(firsts)
         rubrics = {m.name: m for m in config.metrics}
-        unsure = tuple(rubrics[r.name] for r in firsts if self.in_band(r))
-        second = await self._escalate(case, unsure, config, per_message) if unsure else {}
+        chosen = tuple(rubrics[r.name] for r in firsts if self.escalates(r))
+        second = await self._escalate(case, chosen, config, per_message) if chosen else {}
         return [_stamped(self._merge(r, second[r.name]) if r.name in second else r)
                 for r in firsts]
 

@@ -132,12 +132,13 @@ def sampled_result(reply: JudgeReply, *, name: str, scoring_mode: ScoringMode,
 
 
 def _error_result(name: str, message: str, usage: Usage | None = None, *,
-                  unavailable: bool = False) -> MetricResult:
+                  unavailable: bool = False, uncovered: bool = False) -> MetricResult:
     usage = usage or Usage()
     return MetricResult(name=name, score=None, result=[], error=message,
                         input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                         cost=usage.cost, cached_tokens=usage.cached_tokens,
-                        unavailable=unavailable, judge_seconds=usage.seconds)
+                        unavailable=unavailable, judge_seconds=usage.seconds,
+                        uncovered=uncovered)
 
 
 def _failed(name: str, exc: BaseException, usage: Usage | None = None) -> MetricResult:
@@ -145,7 +146,8 @@ def _failed(name: str, exc: BaseException, usage: Usage | None = None) -> Metric
     must cost one metric, not the message)."""
     if isinstance(exc, JudgeError):
         return _error_result(name, str(exc), usage or getattr(exc, "usage", None),
-                             unavailable=isinstance(exc, JudgeUnavailable))
+                             unavailable=isinstance(exc, JudgeUnavailable),
+                             uncovered=bool(getattr(exc, "uncovered", False)))
     return _error_result(name, f"internal error: {type(exc).__name__}: {exc}", usage)
 
 
@@ -181,7 +183,8 @@ def build_evaluator(settings: Settings, *, judge: Judge | None = None,
         second = escalation_judge or LLMJudge(
             escalation_judge_settings(settings.judge, settings.escalation))
         cascade = Cascade(Evaluator(second, evaluation=settings.evaluation, cache=cache),
-                          first_model=first.model, band=settings.escalation.band)
+                          first_model=first.model, band=settings.escalation.band,
+                          on=settings.escalation.on)
     evaluator = Evaluator(first, evaluation=settings.evaluation, cache=cache, cascade=cascade)
     use_rubrics = getattr(first, "use_rubrics", None)
     if use_rubrics is not None:  # a guard: policies from the rubrics; say what it covers

@@ -332,6 +332,9 @@ class MetricResult(BaseModel):
     judge_model: str | None = Field(default=None, exclude=True)
     #: Why an in-band judgment was not escalated (the first verdict stands).
     escalation_error: str | None = Field(default=None, exclude=True)
+    #: The judge (a guard model) does not cover this metric: a cascade sends it
+    #: to its second stage; without one, ``error`` names the judge and the metric.
+    uncovered: bool = Field(default=False, exclude=True)
 
     @property
     def unsafe(self) -> bool:

@@ -54,6 +54,9 @@ class GuardAnswerError(JudgeAnswerError):
 class GuardCoverageError(JudgeAnswerError):
     """The guard cannot judge this metric: the caller escalates it or records the error."""
 
+    #: Read by the evaluator: the metric goes to a cascade's second stage.
+    uncovered = True
+
     def __init__(self, judge: str, metric: str, why: str = "") -> None:
         reason = f": {why}" if why else ""
         super().__init__(f"guard judge {judge} does not cover metric {metric!r}{reason}")
