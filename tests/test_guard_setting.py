@@ -104,3 +104,30 @@ def parse_case_ids(body: dict) -> str:
 def name_in(name: str, prompt: str) -> bool:
     marks = {"flagged": "you idiot", "fine": "Happy to help.", "run": "eve@evil.example"}
     return marks[name] in prompt
+
+
+async def test_counts_per_stage_are_exact_on_metrics(server):  # noqa: F811
+    import orjson
+
+    from guardrail.local.rule_judge import JudgeServer
+    from guardrail.stream.envelope import Source
+    from guardrail.stream.processing import MessageJudge, RawMessage
+
+    server.answer = lambda body: llama(0.97 if "idiot" in str(body["messages"]) else 0.01)
+    async with JudgeServer() as rubric_judge:
+        settings = _settings(server, escalate_model="openai/test-judge",
+                             escalate_api_base=rubric_judge.api_base, escalate_on="unsafe")
+        evaluator = build_evaluator(settings)
+        judge = MessageJudge.from_settings(evaluator, settings)
+        batch = [RawMessage(orjson.dumps({"case_id": f"c{i}", "output": text}),
+                            Source("in", 0, i))
+                 for i, text in enumerate(["You idiot.", "Fine.", "Fine again."])]
+        try:
+            await judge.process(batch)
+        finally:
+            await evaluator.aclose()
+    page = judge.telemetry.render().decode()
+    # 3 cases x 2 metrics: the flagged case's two went to the rubric judge.
+    assert 'guardrail_stage_judgments_total{stage="escalated",verdict="unsafe"} 1.0' in page
+    assert 'guardrail_stage_judgments_total{stage="escalated",verdict="safe"} 1.0' in page
+    assert 'guardrail_stage_judgments_total{stage="first",verdict="safe"} 4.0' in page

@@ -354,6 +354,9 @@ class MessageJudge:
                 t.unpriced.inc()
             else:
                 t.cost.inc(m.cost)
+            if self.evaluator.cascade is not None:  # who decided: first stage or second
+                stage = "escalated" if m.judge_model == self.evaluator.cascade.model else "first"
+                t.stage_judgments.labels(stage=stage, verdict=verdict).inc()
 
     def _events(self, message: InputMessage, source: Source,
                 verdicts: list[tuple[str, Status, tuple[str, ...]]]) -> list[Outgoing]:

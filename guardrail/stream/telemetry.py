@@ -115,6 +115,11 @@ class Telemetry:
         self.otlp_dropped = Counter("guardrail_otlp_dropped_records", "Evaluation log records "
                                     "not delivered, by reason (queue_full, export_failed, "
                                     "shutdown, invalid)", ["reason"], registry=r)
+        # A cascade (escalate_model): which stage's verdict stands.
+        self.stage_judgments = Counter("guardrail_stage_judgments", "Metric judgments of a "
+                                       "cascade by the stage whose verdict stands (first, "
+                                       "escalated) and verdict", ["stage", "verdict"],
+                                       registry=r)
         # Agent runs (guardrail.agents.run_assembly).
         self.run_spans = Counter("guardrail_run_spans", "Spans of agent runs, by outcome "
                                  "(forwarded to assembly, added to a run, duplicate, late: "
