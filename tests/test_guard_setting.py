@@ -131,3 +131,40 @@ async def test_counts_per_stage_are_exact_on_metrics(server):  # noqa: F811
     assert 'guardrail_stage_judgments_total{stage="escalated",verdict="unsafe"} 1.0' in page
     assert 'guardrail_stage_judgments_total{stage="escalated",verdict="safe"} 1.0' in page
     assert 'guardrail_stage_judgments_total{stage="first",verdict="safe"} 4.0' in page
+
+
+async def test_calibrate_on_a_guard_writes_thresholds_on_p_unsafe_that_the_judge_applies(
+        server, tmp_path):  # noqa: F811
+    """Labelled texts with the guard's P(unsafe) in them: calibrate finds the
+    threshold, writes it, and a judge loaded with that file applies it."""
+    import re
+
+    from guardrail.calibrate import calibrate, write_report
+    from guardrail.labels import read_labels
+    from guardrail.thresholds import Target
+
+    def answer(body):
+        p = float(re.search(r"p=([0-9.]+)", str(body["messages"])).group(1))
+        return llama(p)
+
+    server.answer = answer
+    rows = [(0.95, "unsafe"), (0.85, "unsafe"), (0.7, "unsafe"), (0.6, "safe"),
+            (0.4, "safe"), (0.1, "safe")]
+    path = tmp_path / "labels.jsonl"
+    path.write_text("".join(f'{{"output": "text p={p}", "label": "{label}", '
+                            f'"metric": "toxicity"}}\n' for p, label in rows))
+    cases, _ = read_labels(path)
+    report = await calibrate(cases, settings=_settings(server), target=Target.parse("accuracy"))
+    threshold = report.recommended()["toxicity"]
+    assert 0.6 < threshold <= 0.7
+    settings = load_settings(config_path=write_report(report, tmp_path / "cal")["thresholds"],
+                             environ={"GUARDRAIL_JUDGE_PROTOCOL": "llama_guard"},
+                             judge_model="openai/llama-guard", judge_api_base=server.api_base,
+                             judge_api_key="sk-test")
+    evaluator = build_evaluator(settings)
+    try:  # P = 0.6: the guard says unsafe, the calibrated threshold says SAFE
+        metrics = await evaluator.evaluate(Case(case_id="c", output="text p=0.6"))
+    finally:
+        await evaluator.aclose()
+    tox = {m.name: m for m in metrics.metrics}["toxicity"]
+    assert tox.probability_unsafe == pytest.approx(0.6) and tox.result[0].verdict == "SAFE"
