@@ -121,9 +121,10 @@ class JudgeSettings(BaseModel):
     """Options of a guard protocol, e.g. ``{"flavor": "granite3.3", "policy_via":
     "system"}`` for ``yes_no``; empty: the protocol's defaults."""
     guard_categories: dict[str, Any] | None = None
-    """Metric → the guard's categories, merged over the shipped map of the protocol
-    (``rubrics/guards/<protocol>.yaml``); a metric mapped to ``null`` is removed.
-    Unset: the shipped map."""
+    """Changes to the shipped category map of the protocol
+    (``rubrics/guards/<protocol>.yaml``), in its keys: e.g. ``{"metrics":
+    {"toxicity": ["S1", "S10"], "bias": null}}`` (metric → the guard's categories;
+    ``null`` removes a metric). Unset: the shipped map."""
     qwen3guard_controversial: Literal["unsafe", "safe"] = "unsafe"
     """What Qwen3Guard's ``Controversial`` (and other guards' unsure answers) counts
     as."""

@@ -146,7 +146,7 @@ class Cascade:
         """Is this first judgment judged again (``escalate_on``; uncovered always)?"""
         if result.uncovered:
             return True
-        unsure = self.in_band(result)
+        unsure = self.in_band(result) or (result.error is None and result.unsure)
         unsafe = result.error is None and result.unsafe
         return {"unsure": unsure, "unsafe": unsafe, "both": unsure or unsafe}[self.on]
 

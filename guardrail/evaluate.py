@@ -128,7 +128,7 @@ def sampled_result(reply: JudgeReply, *, name: str, scoring_mode: ScoringMode,
                         input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                         cost=usage.cost, cached_tokens=usage.cached_tokens,
                         probability_unsafe=probability, severity_probs=severity_probs,
-                        judge_seconds=usage.seconds)
+                        judge_seconds=usage.seconds, unsure=reply.unsure)
 
 
 def _error_result(name: str, message: str, usage: Usage | None = None, *,
@@ -352,7 +352,8 @@ class Evaluator:
                 results[m.name] = _failed(m.name, answer, usage)
             else:
                 reply = JudgeReply(answer, usage, probability=group.probabilities.get(m.name),
-                                   severity_probs=group.severity_probs.get(m.name))
+                                   severity_probs=group.severity_probs.get(m.name),
+                                   unsure=getattr(group, "unsure", {}).get(m.name, False))
                 results[m.name] = self._scored(keys[m.name], reply, m.name, config, prompt)
         return results
 

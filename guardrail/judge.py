@@ -122,6 +122,9 @@ class JudgeReply:
     probability: float | None = None
     #: scale_1_5 only: P(severity = k) for k in 1..5, when known.
     severity_probs: dict[int, float] | None = None
+    #: The judge said it is unsure (a guard's Controversial or Low confidence):
+    #: a cascade with ``escalate_on: unsure`` judges it again.
+    unsure: bool = False
 
 
 @dataclass(frozen=True)

@@ -335,6 +335,9 @@ class MetricResult(BaseModel):
     #: The judge (a guard model) does not cover this metric: a cascade sends it
     #: to its second stage; without one, ``error`` names the judge and the metric.
     uncovered: bool = Field(default=False, exclude=True)
+    #: The judge said it is unsure (a guard's Controversial, Granite's Low
+    #: confidence): ``escalate_on: unsure`` escalates it like a P in the band.
+    unsure: bool = Field(default=False, exclude=True)
 
     @property
     def unsafe(self) -> bool:

@@ -134,7 +134,7 @@ SAMPLE_ENV = {
     "judge_protocol": "llama_guard",
     "escalate_on": "both",
     "judge_protocol_options": '{"flavor": "granite3.3"}',
-    "judge_guard_categories": '{"toxicity": ["S1"]}',
+    "judge_guard_categories": '{"metrics": {"toxicity": ["S1"]}}',
     "judge_qwen3guard_controversial": "safe",
     "run_settle_seconds": "2",
     "run_idle_seconds": "60",

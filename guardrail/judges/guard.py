@@ -73,7 +73,6 @@ class GuardReply(JudgeReply):
     """A :class:`~guardrail.judge.JudgeReply` plus what the guard itself said."""
 
     guard: MetricVerdict | None = None
-    unsure: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,6 +100,14 @@ def severity_from_probability(unsafe: bool, p: float | None) -> int:
     if p is None:
         return 4
     return 3 if p < 0.75 else 4 if p < 0.95 else 5
+
+
+#: The case fields a guard is given (as turns): a metric reading others is not covered.
+_TURN_FIELDS = frozenset({"output", "input", "conversation"})
+
+
+def _reads_turns_only(rubric: MetricRubric | None) -> bool:
+    return rubric is None or set(rubric.item_fields) <= _TURN_FIELDS
 
 
 class GuardJudge:
@@ -173,10 +180,24 @@ class GuardJudge:
         items = list(metrics)
         names = [m.name if isinstance(m, MetricRubric) else m for m in items]
         if not self.categories.rubric_metrics:
-            return self.categories.covered(names)
-        known = {m.name for m in items if isinstance(m, MetricRubric)} | set(self._rubrics)
-        known |= set(self._builtin())
-        return (tuple(n for n in names if n in known), tuple(n for n in names if n not in known))
+            covered, _ = self.categories.covered(names)
+        else:
+            known = {m.name for m in items if isinstance(m, MetricRubric)} | set(self._rubrics)
+            known |= set(self._builtin())
+            covered = tuple(n for n in names if n in known)
+        # A guard is given the conversation only: a metric that reads more (an
+        # agent run's trajectory, a context) cannot be judged by it, never SAFE.
+        rubrics = {**self._rubrics, **{m.name: m for m in items if isinstance(m, MetricRubric)}}
+        covered = tuple(n for n in covered if _reads_turns_only(rubrics.get(n)))
+        return covered, tuple(n for n in names if n not in covered)
+
+    def _why_uncovered(self, rubric: MetricRubric | None) -> str:
+        if not _reads_turns_only(rubric):
+            assert rubric is not None
+            extra = ", ".join(f for f in rubric.item_fields if f not in _TURN_FIELDS)
+            return f"it reads {extra}, which a guard is not given"
+        return ("no rubric to use as its policy" if self.categories.rubric_metrics
+                else f"no {self.protocol.name} category maps to it")
 
     def describe(self, metrics: Iterable[str | MetricRubric]) -> str:
         """One line for the startup log and ``estimate``: what this guard covers."""
@@ -225,10 +246,9 @@ class GuardJudge:
         rubrics = {m.name: m for m in metrics if isinstance(m, MetricRubric)}
         names = tuple(m.name if isinstance(m, MetricRubric) else m for m in metrics)
         covered, uncovered = self.covered(metrics)
-        why = ("no rubric to use as its policy" if self.categories.rubric_metrics
-               else f"no {self.protocol.name} category maps to it")
-        outcomes = {m: _Outcome(Usage(), error=GuardCoverageError(self.model, m, why))
-                    for m in uncovered}
+        outcomes = {m: _Outcome(Usage(), error=GuardCoverageError(
+            self.model, m, self._why_uncovered(rubrics.get(m) or self._rubrics.get(m))))
+            for m in uncovered}
         if covered and self.protocol.per_metric:
             done = await gather_or_cancel(*(
                 self._ask_metric(source, m, rubrics.get(m) or self._rubrics.get(m))
