@@ -48,15 +48,15 @@ from aiohttp import web
 from common import meta, write_json
 
 from guardrail._litellm import price_tokens
-from guardrail.cascade import escalation_judge_settings
+from guardrail.judges.cascade import escalation_judge_settings
 from guardrail.evaluate import build_evaluator
-from guardrail.judge import LLMJudge
+from guardrail.judges.llm import LLMJudge
 from guardrail.judges import GuardJudge, make_guard_transport
 from guardrail.local.rule_judge import DEFAULT_TRIGGERS, JudgeServer
 from guardrail.settings import Settings, load_settings
 from guardrail.stream.envelope import Source
 from guardrail.stream.processing import MessageJudge, RawMessage
-from guardrail.transports import Completion, make_transport
+from guardrail.judges.transports import Completion, make_transport
 
 #: Tokens of the fixed text Llama Guard 3's chat template puts around the turns
 #: (task line, the 14 hazard names, conversation markers, answer instructions,

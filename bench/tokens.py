@@ -33,7 +33,7 @@ from common import meta, print_table, row, write_json  # noqa: E402
 from guardrail._litellm import price_tokens  # noqa: E402
 from guardrail.estimate import OPENAI_MIN_CACHED_PROMPT, estimate_case  # noqa: E402
 from guardrail.evaluate import Evaluator  # noqa: E402
-from guardrail.judge import LLMJudge  # noqa: E402
+from guardrail.judges.llm import LLMJudge  # noqa: E402
 from guardrail.models import Case, RedteamConfig  # noqa: E402
 from guardrail.settings import Settings  # noqa: E402
 

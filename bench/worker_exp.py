@@ -30,7 +30,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 def stub_judge() -> None:
-    from guardrail.judge import GroupReply, JudgeReply, LLMJudge, Usage
+    from guardrail.judges.llm import GroupReply, JudgeReply, LLMJudge, Usage
     from guardrail.local.rule_judge import make_verdict
     from guardrail.parsing import parse_answer, parse_group_answer
 

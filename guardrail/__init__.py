@@ -16,14 +16,14 @@ from .cache import JudgmentCache, MemoryCache, SqliteCache
 from .errors import (ConfigError, GuardrailError, InputError, JudgeAnswerError, JudgeError,
                      JudgeUnavailable, RubricError)
 from .evaluate import Evaluator, build_evaluator, open_cache, severity_to_score
-from .judge import Judge, JudgeReply, LiteLLMJudge, LLMJudge, Usage
+from .judges.llm import Judge, JudgeReply, LiteLLMJudge, LLMJudge, Usage
 from .models import (CATEGORY, PASS_THRESHOLD, Case, CostEstimate, JudgeVerdict, MetricResult,
                      MetricRubric, RedteamConfig, RedteamMetrics)
 from .prompts import JudgePrompt, render_prompt
 from .rubrics import default_metrics, load_rubric_dir, merge_metrics
 from .settings import (AlertRule, EvaluationSettings, JudgeSettings, KafkaSettings, Settings,
                        WindowSettings, WorkerSettings, load_settings)
-from .transports import Transport, make_transport
+from .judges.transports import Transport, make_transport
 
 __all__ = [
     "AlertRule", "CATEGORY", "Case", "ConfigError", "CostEstimate", "EvaluationSettings",

@@ -24,7 +24,7 @@ from typing import Any
 from ._tasks import cancel_and_wait
 from .evaluate import aggregate_cost, build_evaluator
 from .inputs import InputProblem, default_case_id, position_id
-from .judge import Judge
+from .judges.llm import Judge
 from .models import ITEM_FIELDS, Case, CostEstimate, RedteamMetrics, dumps
 from .settings import Settings
 

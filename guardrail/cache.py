@@ -3,7 +3,7 @@
 The key covers everything that decides a verdict — judge model, scoring mode,
 reasoning flag, the full rubric (with its examples), and the judged field
 texts. The judge model in the key keeps a cascade's first-judge and escalation
-judgments apart (:mod:`guardrail.cascade`)::
+judgments apart (:mod:`guardrail.judges.cascade`)::
 
     cache = SqliteCache("judgments.db")
     evaluator = Evaluator(judge, evaluation=settings.evaluation, cache=cache)

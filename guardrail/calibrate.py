@@ -36,7 +36,7 @@ from .calibration_report import (NO_PROBABILITIES, CalibrationReport, MetricRepo
 from .curves_html import Panel, render_curves
 from .errors import InputError
 from .evaluate import aggregate_cost, build_evaluator
-from .judge import Judge
+from .judges.llm import Judge
 from .labels import LabelledCase, default_labels_path, read_labels
 from .models import MetricResult
 from .settings import Settings

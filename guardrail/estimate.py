@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ._litellm import cached_input_price, count_message_tokens, max_input_tokens, price_tokens
-from .cascade import EscalationSettings, escalation_judge_settings
+from .judges.cascade import EscalationSettings, escalation_judge_settings
 from .evaluate import EffectiveConfig, Evaluator
 from .models import Case, CostEstimate, ScoringMode
 from .prompts import NONCE_BYTES, JudgePrompt, render_group_prompt, render_prompt

@@ -19,7 +19,7 @@ judge never sees the Kafka password)::
     settings.sampling    # SamplingSettings: sample rate and rules, the judge budget
     settings.inputs      # InputSettings: input_format, input_mapping, otlp_endpoint, ...
     settings.review      # ReviewSettings: review queue, labels topic, agreement alerts
-    settings.escalation  # EscalationSettings (guardrail.cascade): escalate_model, band, ...
+    settings.escalation  # EscalationSettings (guardrail.judges.cascade): escalate_model, band, ...
     settings.runs        # RunSettings (guardrail.runs): agent runs from OTLP spans
 
 Every setting also has one flat name, the name users write: ``judge_model``,
@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from ._settings_groups import (AlertRule, EvaluationSettings, JudgeSettings, KafkaSettings,
                                SampleRule, SamplingSettings, WindowSettings, WorkerSettings)
-from .cascade import EscalationSettings
+from .judges.cascade import EscalationSettings
 from .formats.settings import InputSettings
 from .review.settings import ReviewSettings
 from .runs.settings import RunSettings

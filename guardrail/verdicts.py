@@ -1,7 +1,7 @@
 """The verdict a deployment stands behind: P(UNSAFE) against the metric's threshold.
 
 A judge's sampled verdict is its single most likely token. When the judge's
-log-probabilities give P(UNSAFE) (:mod:`guardrail.probability`), the verdict
+log-probabilities give P(UNSAFE) (:mod:`guardrail.judges.probability`), the verdict
 becomes a decision with a threshold the deployment sets per metric
 (``verdict_thresholds``, 0.5 otherwise: the sampled token's own cut)::
 
@@ -34,7 +34,7 @@ import math
 from collections.abc import Mapping
 
 from .models import PASS_THRESHOLD, JudgeVerdict, MetricResult
-from .probability import expected_severity
+from .judges.probability import expected_severity
 
 __all__ = ["DEFAULT_THRESHOLD", "apply_threshold", "severity_for", "severity_to_score"]
 

@@ -11,7 +11,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import pytest
 
 from guardrail.evaluate import Evaluator
-from guardrail.judge import LLMJudge
+from guardrail.judges.llm import LLMJudge
 from guardrail.local.rule_judge import JudgeServer
 from guardrail.settings import Settings, load_settings
 

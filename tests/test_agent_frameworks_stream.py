@@ -69,7 +69,7 @@ def test_real_framework_runs_are_judged_once_each_on_their_root_spans(
 def test_what_the_judge_read_holds_the_arguments_and_the_results(framework_runs):
     """The trajectory of each framework's run carries the tool calls' arguments
     and the tool results verbatim (checked on the case the worker judges)."""
-    from guardrail.formats.otlp import OtlpDecoder, request_from_bytes
+    from guardrail.formats.otlp import OtlpDecoder
     from guardrail.runs.case import run_case
     from guardrail.runs.routing import RunRouter
 

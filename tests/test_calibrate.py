@@ -16,7 +16,7 @@ from guardrail.calibrate import (NO_PROBABILITIES, CalibrationReport, LabelledCa
                                  read_labels, write_report)
 from guardrail.cli import cli
 from guardrail.errors import InputError
-from guardrail.judge import GroupReply, JudgeReply, LLMJudge, Usage
+from guardrail.judges.llm import GroupReply, JudgeReply, LLMJudge, Usage
 from guardrail.local.rule_judge import ErrorReply, JudgeServer
 from guardrail.models import Case, JudgeVerdict, MetricResult
 from guardrail.parsing import BinaryAnswer

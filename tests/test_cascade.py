@@ -13,10 +13,10 @@ import orjson
 import pytest
 
 from guardrail.cache import MemoryCache, SqliteCache, cache_key
-from guardrail.cascade import escalation_judge_settings
+from guardrail.judges.cascade import escalation_judge_settings
 from guardrail.errors import ConfigError, JudgeAnswerError, JudgeConfigError, JudgeUnavailable
 from guardrail.evaluate import Evaluator, build_evaluator
-from guardrail.judge import GroupReply, JudgeReply, LLMJudge, Usage
+from guardrail.judges.llm import GroupReply, JudgeReply, LLMJudge, Usage
 from guardrail.local.rule_judge import ErrorReply, make_verdict
 from guardrail.models import Case
 from guardrail.parsing import BinaryAnswer

@@ -15,7 +15,7 @@ from guardrail.evaluate import Evaluator
 from guardrail.formats.conversation import (CONTEXT_KEY, DEFAULT_CONVERSATION_CHARS,
                                             ChatMessage, render_turns)
 from guardrail.inputs import describe_validation
-from guardrail.judge import LLMJudge
+from guardrail.judges.llm import LLMJudge
 from guardrail.local.rule_judge import DEFAULT_TRIGGERS, answer_shape, rule_verdict
 from guardrail.models import ITEM_FIELDS, Case, MetricRubric
 from guardrail.rubrics import default_metrics

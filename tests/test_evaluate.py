@@ -12,7 +12,7 @@ import pytest
 
 from guardrail.cache import MemoryCache
 from guardrail.evaluate import MISSING_OUTPUT, Evaluator, severity_to_score
-from guardrail.judge import LLMJudge
+from guardrail.judges.llm import LLMJudge
 from guardrail.local.rule_judge import make_verdict
 from guardrail.models import Case
 

@@ -8,7 +8,7 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from guardrail.evaluate import Evaluator
-from guardrail.judge import LLMJudge
+from guardrail.judges.llm import LLMJudge
 from guardrail.stream.envelope import Source
 from guardrail.stream.group_series import FOLDED_MEMORY, GROUP_LABELS
 from guardrail.stream.processing import MessageJudge, RawMessage

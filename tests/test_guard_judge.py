@@ -20,7 +20,7 @@ from guardrail.judges import GuardCoverageError, GuardJudge, YesNo
 from guardrail.models import Case, MetricRubric
 from guardrail.rubrics import default_metrics
 from guardrail.settings import load_settings
-from guardrail.transports import HTTPTransport
+from guardrail.judges.transports import HTTPTransport
 
 BIAS, TOXICITY = default_metrics()
 PROMPT, COMPLETION = 120, 3  # tokens every stand-in answer reports

@@ -11,7 +11,7 @@ from guardrail.judges import (CategoryMapError, GuardAnswerError, GuardCoverageE
                               load_category_map, make_protocol)
 from guardrail.judges.protocols import GuardVerdict, class_probabilities, render_policy
 from guardrail.models import Case, MetricRubric
-from guardrail.probability import TokenLogprob
+from guardrail.judges.probability import TokenLogprob
 from guardrail.rubrics import default_metrics
 
 BIAS, TOXICITY = default_metrics()

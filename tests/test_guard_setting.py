@@ -9,7 +9,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import pytest
 from test_guard_judge import GuardServer, llama, server  # noqa: F401  (server: a fixture)
 
-from guardrail.cascade import escalation_judge_settings
+from guardrail.judges.cascade import escalation_judge_settings
 from guardrail.errors import ConfigError
 from guardrail.evaluate import build_evaluator
 from guardrail.judges import GuardJudge

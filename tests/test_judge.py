@@ -6,7 +6,7 @@ import pytest
 
 from guardrail.errors import (ConfigError, JudgeAnswerError, JudgeConfigError, JudgeError,
                               JudgeUnavailable)
-from guardrail.judge import LLMJudge
+from guardrail.judges.llm import LLMJudge
 from guardrail.local.rule_judge import ContentReply, ErrorReply, hang, make_verdict
 from guardrail.models import Case
 from guardrail.prompts import render_prompt

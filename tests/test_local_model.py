@@ -153,7 +153,7 @@ def local_judge():
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 async def test_one_real_judgment_through_the_local_model(local_judge):
-    from guardrail.judge import LLMJudge
+    from guardrail.judges.llm import LLMJudge
     from guardrail.local.server import judge_settings
     from guardrail.models import Case
     from guardrail.prompts import render_prompt
@@ -184,7 +184,7 @@ async def test_a_real_judgment_carries_a_probability_from_the_local_model(local_
     """llama.cpp returns token log-probabilities: P(UNSAFE) is read at the
     verdict, in a one-metric call and in a several-metric call (the default)."""
     from guardrail.evaluate import build_evaluator
-    from guardrail.judge import LLMJudge
+    from guardrail.judges.llm import LLMJudge
     from guardrail.local.server import judge_settings
     from guardrail.models import Case
     from guardrail.prompts import render_prompt

@@ -10,13 +10,13 @@ import orjson
 import pytest
 
 from guardrail.cache import MemoryCache, SqliteCache
-from guardrail.judge import LLMJudge
+from guardrail.judges.llm import LLMJudge
 from guardrail.local.rule_judge import ContentReply, ErrorReply, make_verdict
 from guardrail.models import Case
 from guardrail.prompts import render_group_prompt, render_prompt
 from guardrail.rubrics import default_metrics
 from guardrail.settings import load_settings
-from guardrail.transports import LiteLLMTransport
+from guardrail.judges.transports import LiteLLMTransport
 
 TOXIC = "Listen, you idiot, read the manual."
 SPEC_CASE = {"case_id": "shakespeare-hamlet-short",

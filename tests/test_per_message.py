@@ -8,7 +8,7 @@ import json
 import pytest
 
 from guardrail.cache import MemoryCache
-from guardrail.judge import Usage
+from guardrail.judges.llm import Usage
 from guardrail.local.rule_judge import make_verdict
 from guardrail.models import Case, MetricRubric
 from guardrail.prompts import render_group_prompt, render_prompt

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from guardrail.models import JudgeVerdict, MetricResult
-from guardrail.probability import (AnswerTokens, TokenLogprob, expected_severity, locate_value,
+from guardrail.judges.probability import (AnswerTokens, TokenLogprob, expected_severity, locate_value,
                                    read_logprobs)
 from guardrail.verdicts import apply_threshold, severity_for
 

@@ -6,7 +6,7 @@ import pytest
 
 from guardrail.cache import MemoryCache
 from guardrail.evaluate import Evaluator
-from guardrail.judge import LLMJudge
+from guardrail.judges.llm import LLMJudge
 from guardrail.local.rule_judge import ErrorReply
 from guardrail.stream.envelope import Source
 from guardrail.stream.events import JudgmentEvent

@@ -29,7 +29,7 @@ import faust
 import orjson
 
 from ..evaluate import build_evaluator
-from ..judge import Judge
+from ..judges.llm import Judge
 from ..kafka.clients import resolve_bootstrap, ssl_context
 from ..kafka.rates_view import RatesView
 from ..settings import Settings

@@ -14,10 +14,10 @@ the rubric judge's reply types, one entry per metric::
     judge.covered(["bias", "pii"])   # (("bias",), ("pii",))
     await judge.aclose()
 
-It also satisfies the :class:`~guardrail.judge.Judge` protocol (``__call__``
+It also satisfies the :class:`~guardrail.judges.llm.Judge` protocol (``__call__``
 and ``judge_group`` on a rendered rubric prompt, reading its ``input`` and
 ``output`` fields; rubric protocols look rubrics up in ``rubrics=``), so it
-can stand where an :class:`~guardrail.judge.LLMJudge` stands.
+can stand where an :class:`~guardrail.judges.llm.LLMJudge` stands.
 
 Rules, each a contract the caller can rely on:
 
@@ -48,17 +48,17 @@ from typing import Any, Literal
 
 from .._tasks import gather_or_cancel
 from ..errors import ConfigError, JudgeConfigError, JudgeError
-from ..judge import GroupReply, JudgeReply, LLMJudge, Usage
+from .llm import GroupReply, JudgeReply, LLMJudge, Usage
 from ..models import Case, MetricRubric, ScoringMode
 from ..parsing import BinaryAnswer, answer_model
 from ..prompts import JudgePrompt
 from ..settings import JudgeSettings
-from ..transports import Transport
+from .transports import Transport
 from .categories import CategoryMap, MetricVerdict, load_category_map
 from .protocols import (GuardAnswerError, GuardCoverageError, GuardInput, GuardProtocol,
                         GuardRequest, GuardVerdict, Moderation, YesNo, criteria_category,
                         make_protocol)
-from .transport import (GuardHTTPTransport, GuardLiteLLMTransport, ModerationTransport,
+from .guard_transport import (GuardHTTPTransport, GuardLiteLLMTransport, ModerationTransport,
                         extra_body, make_guard_transport)
 
 __all__ = ["GuardJudge", "GuardReply", "GuardGroupReply", "severity_from_probability"]
@@ -70,14 +70,14 @@ _WORDS = {"SAFE": "safe", "UNSAFE": "unsafe", "UNSURE": "unsure"}
 
 @dataclass(frozen=True)
 class GuardReply(JudgeReply):
-    """A :class:`~guardrail.judge.JudgeReply` plus what the guard itself said."""
+    """A :class:`~guardrail.judges.llm.JudgeReply` plus what the guard itself said."""
 
     guard: MetricVerdict | None = None
 
 
 @dataclass(frozen=True)
 class GuardGroupReply(GroupReply):
-    """A :class:`~guardrail.judge.GroupReply` plus, per metric, the guard's own
+    """A :class:`~guardrail.judges.llm.GroupReply` plus, per metric, the guard's own
     verdict, whether it was unsure, and the metrics it does not cover."""
 
     verdicts: dict[str, MetricVerdict] = field(default_factory=dict)
@@ -220,7 +220,7 @@ class GuardJudge:
 
     async def __call__(self, prompt: JudgePrompt, *, scoring_mode: ScoringMode,
                        include_reasoning: bool) -> GuardReply:
-        """The :class:`~guardrail.judge.Judge` call for one metric's prompt; raises
+        """The :class:`~guardrail.judges.llm.Judge` call for one metric's prompt; raises
         its :class:`~guardrail.errors.JudgeError` (with ``.usage``)."""
         metric = prompt.metric
         group = await self._judge(GuardInput.from_judged(prompt.judged),
@@ -236,7 +236,7 @@ class GuardJudge:
 
     async def judge_group(self, prompt: JudgePrompt, *, scoring_mode: ScoringMode,
                           include_reasoning: bool) -> GuardGroupReply:
-        """The :class:`~guardrail.judge.Judge` call for a several-metric prompt."""
+        """The :class:`~guardrail.judges.llm.Judge` call for a several-metric prompt."""
         metrics = [self._rubrics.get(m, m) for m in prompt.metrics]
         return await self._judge(GuardInput.from_judged(prompt.judged), metrics, scoring_mode,
                                  include_reasoning)

@@ -32,7 +32,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from ..errors import ConfigError
 from ..evaluate import build_evaluator
-from ..judge import Judge
+from ..judges.llm import Judge
 from ..settings import KafkaSettings, Settings
 from ..stream.envelope import Source
 from ..stream.processing import JudgeTally, MessageJudge, Outgoing, RawMessage

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from ...errors import JudgeAnswerError
 from ...models import Case, MetricRubric
-from ...probability import TokenLogprob
+from ..probability import TokenLogprob
 
 __all__ = ["GuardAnswerError", "GuardCoverageError", "GuardCategory", "GuardVerdict",
            "GuardRequest", "GuardInput", "GuardProtocol", "Label", "final_answer", "excerpt",

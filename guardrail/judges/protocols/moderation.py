@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 
 from ...models import MetricRubric
-from ...probability import TokenLogprob
+from ..probability import TokenLogprob
 from .base import (GuardAnswerError, GuardCategory, GuardInput, GuardProtocol, GuardRequest,
                    GuardVerdict, excerpt)
 

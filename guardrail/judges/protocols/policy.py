@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ...models import MetricRubric
-from ...probability import TokenLogprob, locate_value
+from ..probability import TokenLogprob, locate_value
 from .base import (GuardAnswerError, GuardCategory, GuardInput, GuardProtocol, GuardRequest,
                    GuardVerdict, excerpt, final_answer)
 from .tokens import class_probabilities

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...models import MetricRubric
-from ...probability import TokenLogprob
+from ..probability import TokenLogprob
 from .base import (GuardAnswerError, GuardCategory, GuardInput, GuardProtocol, GuardRequest,
                    GuardVerdict, Label, excerpt)
 from .tokens import class_probabilities

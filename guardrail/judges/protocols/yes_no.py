@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ...models import MetricRubric
-from ...probability import TokenLogprob
+from ..probability import TokenLogprob
 from .base import (GuardAnswerError, GuardCategory, GuardInput, GuardProtocol, GuardRequest,
                    GuardVerdict, excerpt, final_answer, rubric_definition)
 from .tokens import class_probabilities

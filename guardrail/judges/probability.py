@@ -33,8 +33,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from .errors import JudgeAnswerError
-from .parsing import extract_json_object
+from ..errors import JudgeAnswerError
+from ..parsing import extract_json_object
 
 __all__ = ["TokenLogprob", "Reading", "AnswerTokens", "read_logprobs", "expected_severity",
            "locate_value", "TOP_LOGPROBS"]

@@ -2,7 +2,7 @@
 
 A judge is any async callable matching :class:`Judge`; :class:`LLMJudge`
 reaches every provider litellm knows (``openai/...``, ``anthropic/...``,
-``ollama/...``, ``hosted_vllm/...``) through a :mod:`transport <guardrail.transports>`
+``ollama/...``, ``hosted_vllm/...``) through a :mod:`transport <guardrail.judges.transports>`
 chosen once from its settings::
 
     judge = LLMJudge(load_settings(judge_model="openai/gpt-4o-mini").judge)
@@ -23,7 +23,7 @@ metrics whose entries were invalid are asked again, and only those carry an
 error if the repair fails.
 
 With ``judge_logprobs`` (default) each reply also carries P(UNSAFE) read
-from the answer's token log-probabilities (:mod:`guardrail.probability`;
+from the answer's token log-probabilities (:mod:`guardrail.judges.probability`;
 after a repair retry, from the repaired answer's tokens)::
 
     reply.probability        # 0.81, or None when the provider sent none
@@ -44,19 +44,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ._litellm import price_tokens
-from .errors import JudgeAnswerError, JudgeConfigError, JudgeError, JudgeUnavailable
-from .models import ScoringMode
-from .parsing import (BinaryAnswer, group_response_schema, parse_answer, parse_group_answer,
+from .._litellm import price_tokens
+from ..errors import JudgeAnswerError, JudgeConfigError, JudgeError, JudgeUnavailable
+from ..models import ScoringMode
+from ..parsing import (BinaryAnswer, group_response_schema, parse_answer, parse_group_answer,
                       response_schema)
 from .probability import AnswerTokens, Reading
-from .prompts import JudgePrompt
-from .settings import JudgeSettings
+from ..prompts import JudgePrompt
+from ..settings import JudgeSettings
 from .transports import Completion, Transport, make_transport, status_of
 
 __all__ = ["Judge", "JudgeReply", "GroupReply", "Usage", "LLMJudge", "LiteLLMJudge"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("guardrail.judge")  # the name users configure logging by
 
 _REPAIR = (
     "Your previous answer was not valid: {error}. Reply again with only the JSON "
@@ -151,7 +151,7 @@ class Judge(Protocol):
 
 
 class LLMJudge:
-    """A :class:`Judge` that asks an LLM through a :class:`~guardrail.transports.Transport`."""
+    """A :class:`Judge` that asks an LLM through a :class:`~guardrail.judges.transports.Transport`."""
 
     def __init__(self, settings: JudgeSettings, *, transport: Transport | None = None) -> None:
         self.model = settings.model

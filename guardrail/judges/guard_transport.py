@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from ..settings import JudgeSettings
-from ..transports import (Completion, HTTPTransport, LiteLLMTransport, OpenAICompatibleClient,
+from .transports import (Completion, HTTPTransport, LiteLLMTransport, OpenAICompatibleClient,
                           Transport, _config_setting, _transient, uses_direct_http)
 
 __all__ = ["extra_body", "make_guard_transport", "GuardHTTPTransport", "GuardLiteLLMTransport",
@@ -55,7 +55,7 @@ def extra_body(fields: Mapping[str, Any] | None) -> Iterator[None]:
 
 
 class GuardHTTPTransport(HTTPTransport):
-    """:class:`~guardrail.transports.HTTPTransport` with :func:`extra_body` fields."""
+    """:class:`~guardrail.judges.transports.HTTPTransport` with :func:`extra_body` fields."""
 
     async def _send(self, body: dict[str, Any]) -> dict[str, Any]:
         fields = _EXTRA.get()
@@ -63,7 +63,7 @@ class GuardHTTPTransport(HTTPTransport):
 
 
 class GuardLiteLLMTransport(LiteLLMTransport):
-    """:class:`~guardrail.transports.LiteLLMTransport` with :func:`extra_body` fields
+    """:class:`~guardrail.judges.transports.LiteLLMTransport` with :func:`extra_body` fields
     (litellm passes ``extra_body`` on to OpenAI-compatible servers)."""
 
     async def _send(self, kwargs: dict[str, Any]) -> Any:
@@ -72,7 +72,7 @@ class GuardLiteLLMTransport(LiteLLMTransport):
 
 
 def make_guard_transport(settings: JudgeSettings) -> Transport:
-    """The transport :func:`~guardrail.transports.make_transport` would pick, able
+    """The transport :func:`~guardrail.judges.transports.make_transport` would pick, able
     to send :func:`extra_body` fields."""
     if uses_direct_http(settings.transport, settings.model, settings.api_base):
         return GuardHTTPTransport(settings)
@@ -80,7 +80,7 @@ def make_guard_transport(settings: JudgeSettings) -> Transport:
 
 
 class ModerationTransport:
-    """A moderation endpoint as a :class:`~guardrail.transports.Transport`: the
+    """A moderation endpoint as a :class:`~guardrail.judges.transports.Transport`: the
     last message's text is the ``input``; the answer is the response body."""
 
     name = "http"

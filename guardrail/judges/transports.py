@@ -1,7 +1,7 @@
 """How a judge request reaches the model: through litellm, or posted directly.
 
 A :class:`Transport` sends one chat request and says how its failures count;
-the judge (:class:`guardrail.judge.LLMJudge`) adds retries, the repair retry,
+the judge (:class:`guardrail.judges.llm.LLMJudge`) adds retries, the repair retry,
 pricing and the concurrency limit on top. :func:`make_transport` picks one,
 once, from :class:`~guardrail.settings.JudgeSettings`::
 
@@ -37,10 +37,10 @@ from typing import Any, Protocol
 import aiohttp
 import orjson
 
-from ._litellm import litellm
-from .errors import ConfigError
+from .._litellm import litellm
+from ..errors import ConfigError
 from .probability import TOP_LOGPROBS, TokenLogprob, read_logprobs
-from .settings import JudgeSettings
+from ..settings import JudgeSettings
 
 __all__ = ["Completion", "Transport", "LiteLLMTransport", "HTTPTransport", "HTTPStatusError",
            "OpenAICompatibleClient", "make_transport", "uses_direct_http", "status_of",

@@ -40,14 +40,14 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, SecretStr, field_validator
 
-from ._settings_groups import GROUP_CONFIG
-from ._tasks import gather_or_cancel
-from .errors import ConfigError, JudgeConfigError
-from .models import Case, MetricResult, MetricRubric
+from .._settings_groups import GROUP_CONFIG
+from .._tasks import gather_or_cancel
+from ..errors import ConfigError, JudgeConfigError
+from ..models import Case, MetricResult, MetricRubric
 
 __all__ = ["EscalationSettings", "Cascade", "escalation_judge_settings"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("guardrail.cascade")  # the name users configure logging by
 
 
 class EscalationSettings(BaseModel):
