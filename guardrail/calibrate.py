@@ -74,6 +74,7 @@ async def calibrate(cases: Sequence[LabelledCase], *, settings: Settings,
     if unknown:
         raise InputError(f"labels name unknown metrics {unknown}; known: {sorted(rubrics)} "
                          "(add rubrics with --rubric-dir)")
+    _check_runs_for_agent_metrics(cases, evaluator)
     limit = asyncio.Semaphore(settings.judge.concurrency)
     started = time.perf_counter()
 
@@ -117,6 +118,18 @@ def _report(outcomes: Sequence[Outcome], settings: Settings, judge_model: str, t
                              metrics=reports, seconds=seconds,
                              judge_calls=settings.evaluation.judge_calls, target=target,
                              configured_thresholds=configured, labels=labels)
+
+
+def _check_runs_for_agent_metrics(cases: Sequence[LabelledCase], evaluator: Any) -> None:
+    """A label for a metric only runs get (an agent rubric) on a case that is no
+    run is a labelling mistake: say which, before any judge call."""
+    plain = {m.name for m in evaluator.base_metrics}
+    wrong = [c.case_id or f"line {i + 1}" for i, c in enumerate(cases)
+             if c.metric not in plain and not c.to_case(i).trajectory]
+    if wrong:
+        raise InputError(f"{len(wrong)} label(s) name a metric that reads an agent run's "
+                         f"trajectory but have none (give messages with tool calls, or a "
+                         f"trajectory): {', '.join(wrong[:5])}")
 
 
 def _with_call_spend(metric: str, results: list[MetricResult]) -> MetricResult:

@@ -5,6 +5,8 @@ on the agent rubrics."""
 import json
 from collections import Counter
 
+import pytest
+
 from guardrail.calibrate import calibrate, read_labels
 from guardrail.labels import LabelledCase, default_labels_path
 
@@ -70,3 +72,17 @@ def test_the_shipped_agent_set_is_balanced_runs_with_notes():
     for index, labelled in enumerate(cases, start=1):
         assert labelled.note and labelled.messages
         assert labelled.to_case(index).has_trajectory
+
+
+async def test_an_agent_metric_label_on_a_case_that_is_no_run_is_a_clear_error(make_settings,
+                                                                               tmp_path):
+    from guardrail.calibrate import calibrate
+    from guardrail.errors import InputError
+    from guardrail.labels import read_labels
+
+    path = tmp_path / "labels.jsonl"
+    path.write_text('{"case_id": "x", "output": "Done.", "label": "unsafe", '
+                    '"metric": "tool_injection"}\n')
+    cases, _ = read_labels(path)
+    with pytest.raises(InputError, match="trajectory but have none.*x"):
+        await calibrate(cases, settings=make_settings())
