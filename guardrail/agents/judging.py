@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import JudgeConfigError
 from ..stream.envelope import Source
-from ..stream.processing import Outgoing, RawMessage
+from ..stream.processing import MessageJudge, Outgoing, RawMessage
 
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime
 
 __all__ = ["register", "OrderedAcker", "MAX_INFLIGHT_BATCHES", "publish_records",
-           "stop_acker"]
+           "stop_acker", "output_topics", "RAW_TOPIC"]
 
 log = logging.getLogger("guardrail.worker")
 
@@ -215,18 +215,28 @@ async def stop_acker(acker: OrderedAcker, runtime: WorkerRuntime) -> None:
     runtime.app.consumer.forget(event.message for event in acker.cancel())
 
 
+#: Topic options of every record the worker reads or writes itself: bytes as they are.
+RAW_TOPIC = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
+             "value_serializer": "raw"}
+
+
+def output_topics(runtime: WorkerRuntime, judge: MessageJudge) -> dict[str, Any]:
+    """Every topic ``judge`` may publish to (results, judgment events, DLQ, and
+    review items and run spans when on), by name."""
+    s = runtime.settings
+    outputs = [s.kafka.results_topic, s.kafka.judgments_topic, s.kafka.dlq_topic]
+    if judge.review is not None:
+        outputs.append(s.review.review_topic)
+    if judge.run_spans_topic is not None:  # spans of agent runs, to assemble
+        outputs.append(judge.run_spans_topic)
+    return {name: runtime.app.topic(name, **RAW_TOPIC) for name in outputs}
+
+
 def register(runtime: WorkerRuntime) -> None:
     """Add the judging agent to the app."""
     app, s = runtime.app, runtime.settings
-    raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
-           "value_serializer": "raw"}
-    source = app.topic(s.kafka.input_topic, **raw)
-    outputs = [s.kafka.results_topic, s.kafka.judgments_topic, s.kafka.dlq_topic]
-    if runtime.message_judge.review is not None:
-        outputs.append(s.review.review_topic)
-    if runtime.message_judge.run_spans_topic is not None:  # spans of agent runs, to assemble
-        outputs.append(runtime.message_judge.run_spans_topic)
-    topics = {name: app.topic(name, **raw) for name in outputs}
+    source = app.topic(s.kafka.input_topic, **RAW_TOPIC)
+    topics = output_topics(runtime, runtime.message_judge)
 
     async def handle(events: list[Any]) -> list[Outgoing]:
         return await runtime.message_judge.process([_raw(e) for e in events])

@@ -43,7 +43,8 @@ from ..runs.case import NO_FINAL_ANSWER, run_case
 from ..runs.spans import RunSpan
 from ..stream.envelope import Source
 from ..stream.processing import MessageJudge, Outgoing, RawMessage
-from .judging import MAX_INFLIGHT_BATCHES, OrderedAcker, publish_records, stop_acker
+from .judging import (MAX_INFLIGHT_BATCHES, RAW_TOPIC, OrderedAcker, output_topics,
+                      publish_records, stop_acker)
 from .windows import ConfirmedTable, _stale
 
 if TYPE_CHECKING:
@@ -258,20 +259,14 @@ def register(runtime: WorkerRuntime) -> None:
     ``input_format=otlp`` only)."""
     app, s = runtime.app, runtime.settings
     name = run_spans_topic(s.kafka.app_id)
-    raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
-           "value_serializer": "raw"}
-    source = app.topic(name, partitions=s.kafka.topic_partitions, **raw)
+    source = app.topic(name, partitions=s.kafka.topic_partitions, **RAW_TOPIC)
     table = app.tables.add(ConfirmedTable(
         app, name=RUN_TABLE, default=None, beacon=app.tables.beacon,
         partitions=s.kafka.topic_partitions, extra_topic_configs={"cleanup.policy": "compact"}))
     assembler = RunAssembler(runtime, table, name)
     table.on_recover(_async(assembler.rebuild))
     runs_judge = _runs_judge(runtime)
-    outputs = [s.kafka.results_topic, s.kafka.judgments_topic, s.kafka.dlq_topic]
-    if runs_judge.review is not None:
-        outputs.append(s.review.review_topic)
-    topics = {topic: app.topic(topic, **raw) for topic in outputs}
-    topics[name] = source
+    topics = {**output_topics(runtime, runs_judge), name: source}
     confirm = runtime.state.get("confirm_before_ack")
 
     async def judge_runs(messages: list[RawMessage]) -> list[Outgoing]:
