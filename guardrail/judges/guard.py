@@ -140,9 +140,11 @@ class GuardJudge:
                               "which this transport cannot send (use make_guard_transport)")
         self._llm = LLMJudge(self._settings, transport=chosen)
         self._rubrics = {r.name: r for r in rubrics}
-        #: None until an answer came; False once one came without log-probabilities.
-        self.probabilities_available: bool | None = None
-        self._said_no_logprobs = False
+
+    @property
+    def probabilities_available(self) -> bool | None:
+        """None until an answer came; False once one came without log-probabilities."""
+        return self._llm.probabilities_available
 
     def use_rubrics(self, rubrics: Iterable[MetricRubric]) -> None:
         """The rubrics the ``yes_no`` and ``policy`` protocols turn into policies,
@@ -304,7 +306,8 @@ class GuardJudge:
         if isinstance(self.protocol, Moderation):
             usage.cost = self._moderation_cost(usage)
         else:
-            self._note_logprobs(completion.logprobs is not None)
+            # The rubric judge says it once, like for its own answers.
+            self._llm._note_logprobs(completion.logprobs is not None)
         try:
             return self.protocol.parse(completion.content, completion.logprobs,
                                        self.categories.names)
@@ -319,18 +322,6 @@ class GuardJudge:
             return 0.0
         return (usage.input_tokens * s.input_cost_per_token
                 + usage.output_tokens * s.output_cost_per_token)
-
-    def _note_logprobs(self, present: bool) -> None:
-        """Say once, not per message, that verdicts are the sampled ones."""
-        if present:
-            if self.probabilities_available is None:
-                self.probabilities_available = True
-            return
-        self.probabilities_available = False
-        if self._settings.logprobs and not self._said_no_logprobs:
-            self._said_no_logprobs = True
-            log.warning("guard judge %s: its answers carry no log-probabilities, so its "
-                        "sampled verdicts stand (no P(UNSAFE))", self.model)
 
     def _group(self, names: tuple[str, ...], outcomes: dict[str, _Outcome], mode: ScoringMode,
                reasoning: bool, uncovered: tuple[str, ...]) -> GuardGroupReply:

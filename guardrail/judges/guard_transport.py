@@ -31,7 +31,7 @@ import orjson
 
 from ..settings import JudgeSettings
 from .transports import (Completion, HTTPTransport, LiteLLMTransport, OpenAICompatibleClient,
-                          Transport, _config_setting, _transient, uses_direct_http)
+                          Transport, uses_direct_http)
 
 __all__ = ["extra_body", "make_guard_transport", "GuardHTTPTransport", "GuardLiteLLMTransport",
            "ModerationTransport", "DEFAULT_MODERATION_BASES"]
@@ -79,15 +79,14 @@ def make_guard_transport(settings: JudgeSettings) -> Transport:
     return GuardLiteLLMTransport(settings)
 
 
-class ModerationTransport:
+class ModerationTransport(HTTPTransport):
     """A moderation endpoint as a :class:`~guardrail.judges.transports.Transport`: the
-    last message's text is the ``input``; the answer is the response body."""
-
-    name = "http"
-    asks_logprobs = False
+    last message's text is the ``input``; the answer is the response body. Errors,
+    their classification and closing are the direct HTTP transport's."""
 
     def __init__(self, settings: JudgeSettings) -> None:
         self._settings = settings
+        self._logprobs = False  # a moderation endpoint has none to give
         prefix, _, self._model = settings.model.partition("/")
         if not self._model:  # no provider prefix: the name is the server's
             prefix, self._model = "", settings.model
@@ -113,12 +112,3 @@ class ModerationTransport:
         prompt = usage.get("prompt_tokens", usage.get("input_tokens", 0))
         return Completion(orjson.dumps(data).decode(),
                           prompt if isinstance(prompt, int) and prompt >= 0 else 0, 0)
-
-    def is_transient(self, exc: BaseException) -> bool:
-        return _transient(exc)
-
-    def config_setting(self, exc: BaseException) -> str | None:
-        return _config_setting(exc, self._settings.api_base)
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
