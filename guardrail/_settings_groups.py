@@ -289,6 +289,11 @@ class WindowSettings(BaseModel):
     metrics_max_groups: int = Field(default=50, ge=0)
     """Groups (of the labels model, model_version and prompt_version) that get their
     own ``/metrics`` series in one worker; later ones are counted as ``other``."""
+    judgment_bundles: bool = True
+    """Write the judgment events of a batch bundled, one judgments-topic record per
+    key and window (a fraction of the records). ``false`` writes one record per
+    event, as releases before bundles did: set it while workers of such a release
+    still count windows (they skip bundles), see the upgrade guide."""
 
 
 class SampleRule(BaseModel):

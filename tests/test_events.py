@@ -9,7 +9,8 @@ import orjson
 import pytest
 
 from guardrail.stream.envelope import Source
-from guardrail.stream.events import (JudgmentEvent, MalformedEvent, UnknownEvent, mark_position,
+from guardrail.stream.events import (BUNDLE_KIND, JudgmentEvent, MalformedEvent, UnknownEvent,
+                                     decode_events, encode_bundle, mark_position,
                                      mark_value, parse_window_key,
                                      partition_key, window_key)
 
@@ -197,3 +198,34 @@ def test_a_not_sampled_event_round_trips_and_older_events_still_decode():
     assert JudgmentEvent.decode(event.encode()) == event
     assert b'"status":"not_sampled"' in event.encode()
     assert JudgmentEvent.decode(TODAYS_WIRE) == TODAYS_EVENT  # no new field is required
+
+
+def test_a_bundle_carries_many_events_in_order_and_a_single_event_still_reads():
+    events = [JudgmentEvent("toxicity", {"model": "m"}, status, f"c{i}", 1_000 + i,
+                            source=Source("in", 0, i)) for i, status in
+              enumerate(["safe", "unsafe", "not_sampled", "error"])]
+    value = encode_bundle(events)
+    assert orjson.loads(value)["kind"] == BUNDLE_KIND
+    assert decode_events(value) == (events, [])
+    assert decode_events(events[1].encode()) == ([events[1]], [])  # an older worker's record
+
+
+def test_a_bad_item_of_a_bundle_is_reported_and_the_others_still_count():
+    good = JudgmentEvent("bias", {"model": "m"}, "safe", "c1", 5, source=Source("in", 1, 7))
+    newer = {**good.as_dict(), "schema_version": 9}
+    value = orjson.dumps({"kind": "judgments", "schema_version": 1,
+                          "events": [{"metric": "bias"}, good.as_dict(), newer]})
+    events, problems = decode_events(value)
+    assert events == [good]
+    assert [type(p) for p in problems] == [MalformedEvent, UnknownEvent]
+
+
+@pytest.mark.parametrize("raw, problem", [
+    (b"{broken", MalformedEvent),
+    (None, MalformedEvent),
+    (b'{"kind": "judgments", "schema_version": 1, "events": {}}', MalformedEvent),
+    (b'{"kind": "judgments", "schema_version": 2, "events": []}', UnknownEvent),
+])
+def test_a_record_that_is_no_bundle_and_no_event_is_one_problem(raw, problem):
+    events, problems = decode_events(raw)
+    assert events == [] and [type(p) for p in problems] == [problem]

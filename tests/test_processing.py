@@ -9,7 +9,7 @@ from guardrail.evaluate import Evaluator
 from guardrail.judges.llm import LLMJudge
 from guardrail.local.rule_judge import ErrorReply
 from guardrail.stream.envelope import Source
-from guardrail.stream.events import JudgmentEvent
+from guardrail.stream.events import JudgmentEvent, decode_events
 from guardrail.stream.processing import PARTIAL_OUTAGE_RETRIES, MessageJudge, RawMessage
 
 
@@ -133,8 +133,8 @@ async def test_judgment_events_are_typed_on_the_wire_keyed_by_group_family(messa
                      Source("in", 3, 17, timestamp_ms=1_700_000_000_000))
     outgoing = await message_judge.process([raw])
     sent = [o for o in outgoing if o.topic == message_judge.kafka.judgments_topic]
-    events = {e.metric: e for e in (JudgmentEvent.decode(o.value) for o in sent)}
-    assert len(sent) == len(events) == 2
+    events = {e.metric: e for o in sent for e in decode_events(o.value)[0]}
+    assert len(sent) == len(events) == 2  # a bundle per metric: keys differ
     toxicity = events["toxicity"]
     assert (toxicity.status, toxicity.case_id, toxicity.evidence_spans) == \
         ("unsafe", "c9", ("idiot",))
@@ -216,8 +216,9 @@ async def test_an_unsampled_message_costs_no_judge_call_and_gets_no_result(
     results = [orjson.loads(o.value) for o in outgoing if o.topic == s.kafka.results_topic]
     assert {r["case_id"] for r in results} == expected and 3 < len(expected) < 20
     assert judge_server.calls == len(expected)  # one call per judged message (both metrics)
-    events = [JudgmentEvent.decode(o.value) for o in outgoing
-              if o.topic == s.kafka.judgments_topic]
+    bundles = [o for o in outgoing if o.topic == s.kafka.judgments_topic]
+    assert len(bundles) == 2  # one record per metric (key) for the whole batch
+    events = [e for o in bundles for e in decode_events(o.value)[0]]
     skipped = [e for e in events if e.status == "not_sampled"]
     assert {e.case_id for e in skipped} == {f"c{i}" for i in range(40)} - expected
     assert len(skipped) == 2 * (40 - len(expected))  # one per metric, for the windows' seen
@@ -228,3 +229,17 @@ async def test_an_unsampled_message_costs_no_judge_call_and_gets_no_result(
     text = judge.telemetry.render().decode()
     assert f'guardrail_messages_total{{outcome="not_sampled"}} {40.0 - len(expected)}' in text
     assert budget.window.totals(budget.clock())[1] > 0  # the batch's spend was recorded
+
+
+async def test_with_bundles_off_each_event_is_a_record_of_its_own(make_settings, judge_server):
+    s = make_settings(judgment_bundles=False)
+    evaluator = Evaluator(LLMJudge(s.judge), evaluation=s.evaluation)
+    judge = MessageJudge.from_settings(evaluator, s)
+    try:
+        outgoing = await judge.process(_batch("fine", "also fine", "fine too"))
+    finally:
+        await evaluator.aclose()
+    sent = [o for o in outgoing if o.topic == s.kafka.judgments_topic]
+    assert [JudgmentEvent.decode(o.value).source.offset for o in sent
+            if o.key.startswith(b"toxicity")] == [0, 1, 2]
+    assert len(sent) == 6

@@ -22,9 +22,9 @@ from guardrail.reference.records import RECORDS, records_page
 from guardrail.review.records import LabelRecord, ReviewItem
 from guardrail.stream.alert_schemas import AgreementAlert, BudgetAlert, RegressionAlert
 from guardrail.stream.envelope import Source
-from guardrail.stream.events import JudgmentEvent
+from guardrail.stream.events import decode_events
 from guardrail.stream.processing import MessageJudge, RawMessage
-from guardrail.stream.schemas import DlqRecord, JudgmentRecord, ResultRecord
+from guardrail.stream.schemas import DlqRecord, JudgmentBundle, JudgmentRecord, ResultRecord
 
 TRACEPARENT = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 DETAILED = {"scoring_mode": "scale_1_5", "include_reasoning": True, "include_probability": True}
@@ -119,11 +119,13 @@ async def test_what_the_worker_publishes_is_what_the_page_describes(make_setting
     dlq = [described(DlqRecord, o.value) for o in out[k.dlq_topic]]
     assert [o.key for o in out[k.dlq_topic]] == [b"k3", None]
     assert "value_base64" in dlq[0] and "value_excerpt" in dlq[1]
-    events = [described(JudgmentRecord, o.value) for o in out[k.judgments_topic]]
-    for outgoing, event in zip(out[k.judgments_topic], events):
-        assert outgoing.key == JudgmentEvent.decode(outgoing.value).partition_key(
-            settings.windows.version_label)
-        assert outgoing.timestamp_ms == event["event_time_ms"]
+    bundles = [described(JudgmentBundle, o.value) for o in out[k.judgments_topic]]
+    events = [event for bundle in bundles for event in bundle["events"]]
+    for outgoing in out[k.judgments_topic]:
+        decoded, problems = decode_events(outgoing.value)
+        assert problems == [] and {e.partition_key(settings.windows.version_label)
+                                   for e in decoded} == {outgoing.key}
+        assert outgoing.timestamp_ms == decoded[0].event_time_ms
     items = [described(ReviewItem, o.value) for o in out[r.review_topic]]
     assert [o.key for o in out[r.review_topic]] == [i["case_id"].encode() for i in items]
     assert len(items) == 3  # every metric of the three results chosen (rates 1.0)
@@ -138,6 +140,7 @@ async def test_what_the_worker_publishes_is_what_the_page_describes(make_setting
             labels.append(described(LabelRecord, label.encode()))
     assert_every_field_seen(ResultRecord, results)
     assert_every_field_seen(DlqRecord, dlq)
+    assert_every_field_seen(JudgmentBundle, bundles)
     assert_every_field_seen(JudgmentRecord, events)
     assert_every_field_seen(ReviewItem, items)
     assert_every_field_seen(LabelRecord, labels)
@@ -151,8 +154,8 @@ async def test_many_case_records_name_each_case_by_its_index(make_settings, eval
     results = [described(ResultRecord, o.value) for o in out[settings.kafka.results_topic]]
     assert [r["source"]["index"] for r in results] == [0, 1]
     assert all(set(r["trace"]) == {"trace_id", "span_id"} for r in results)
-    events = [described(JudgmentRecord, o.value)
-              for o in out[settings.kafka.judgments_topic]]
+    events = [event for o in out[settings.kafka.judgments_topic]
+              for event in described(JudgmentBundle, o.value)["events"]]
     assert {e["source"]["index"] for e in events} == {0, 1}
     # A record of two choices whose shared timestamp is bad: one DLQ record per case.
     settings = make_settings(input_format="openai")

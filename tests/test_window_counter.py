@@ -3,13 +3,14 @@ Faust tables, and tumbling window bounds."""
 
 from types import SimpleNamespace
 
+import orjson
 import pytest
 
-from guardrail.agents.windows import WindowCounter, window_bounds
+from guardrail.agents.windows import UnknownRecords, WindowCounter, count_record, window_bounds
 from guardrail.settings import load_settings
 from guardrail.stream.alerts import AlertDispatcher
 from guardrail.stream.envelope import Source
-from guardrail.stream.events import JudgmentEvent
+from guardrail.stream.events import JudgmentEvent, encode_bundle
 from guardrail.stream.telemetry import Telemetry
 
 
@@ -158,3 +159,49 @@ def test_min_judgments_and_the_rate_read_judged_counts_never_seen():
     [alert] = counter.dispatcher.alerts
     assert alert["kind"] == "regression" and alert["rate"] == 1.0
     assert (alert["counts"]["judged"], alert["counts"]["seen"]) == (10, 101)
+
+
+class CountingWindowed(FakeWindowed):
+    """Counts the cell writes (each is a changelog record in the worker)."""
+
+    def __init__(self):
+        super().__init__()
+        self.writes = 0
+
+    def __setitem__(self, key, value):
+        self.writes += 1
+        super().__setitem__(key, value)
+
+
+def _record(events):
+    return SimpleNamespace(value=encode_bundle(events), offset=0, timestamp=1000.0)
+
+
+def test_a_bundle_is_one_write_per_cell_and_a_redelivery_cut_elsewhere_counts_once():
+    counter = _counter()
+    counter.windowed = CountingWindowed()
+    unknown = UnknownRecords(counter.telemetry, "judgments")
+    v1, v2 = {"model": "m", "model_version": "v1"}, {"model": "m", "model_version": "v2"}
+    events = [_judgment(i, "unsafe" if i % 3 == 0 else "safe", group=v1 if i % 2 else v2)
+              for i in range(10)]
+    count_record(counter, unknown, _record(events[:6]))
+    assert counter.windowed.writes == 2  # two versions: two cells, one write each
+    # After a crash the batch is redelivered cut at other offsets (4..9, then 0..9).
+    count_record(counter, unknown, _record(events[4:]))
+    count_record(counter, unknown, _record(events))
+    cells = counter.windowed.cells
+    assert [cells[f"toxicity|model=m,model_version={v}"]["total"] for v in ("v1", "v2")] == [5, 5]
+    assert sum(c["unsafe"] for c in cells.values()) == 4  # offsets 0, 3, 6, 9
+    assert counter.telemetry.duplicate_judgments._value.get() == 2 + 10
+
+
+def test_an_unreadable_item_is_skipped_and_its_bundle_still_counts():
+    counter = _counter()
+    unknown = UnknownRecords(counter.telemetry, "judgments")
+    good = [_judgment(1).as_dict(), {**_judgment(2).as_dict(), "status": "maybe"},
+            {**_judgment(3).as_dict(), "schema_version": 5}, _judgment(4).as_dict()]
+    value = orjson.dumps({"kind": "judgments", "schema_version": 1, "events": good})
+    count_record(counter, unknown, SimpleNamespace(value=value, offset=0, timestamp=1000.0))
+    assert counter.windowed.cells["toxicity|model=m"]["total"] == 2
+    assert counter.telemetry.unknown_records.labels(
+        topic="judgments", kind="judgment", schema_version="5")._value.get() == 1

@@ -1,6 +1,7 @@
 """Windowed unsafe rates and alerts.
 
-Judgment events are keyed by metric + group *without* the version label, so
+Judgment events (in bundles: one record per key and window per batch) are
+keyed by metric + group *without* the version label, so
 one table partition owns a group family: counts are exact across partitions
 and workers, and a version can be compared with its baseline version locally.
 Windows are tumbling, by event time (the judgment event's Kafka timestamp is
@@ -23,14 +24,14 @@ from ..kafka.window_cells import changelog_topic, live_horizon_seconds
 from ..settings import AlertRule, WindowSettings
 from ..stream.alerts import AlertDispatcher, Cooldown, WindowCounts, check_rule, rule_for
 from ..stream.envelope import utc_iso
-from ..stream.events import (JudgmentEvent, MalformedEvent, UnknownEvent, mark_position,
+from ..stream.events import (JudgmentEvent, UnknownEvent, decode_events, mark_position,
                              mark_value, window_key)
 from ..stream.telemetry import Telemetry
 
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime as GuardrailApp
 
-__all__ = ["register", "window_bounds", "TABLE_NAME", "WindowCounter"]
+__all__ = ["register", "window_bounds", "TABLE_NAME", "WindowCounter", "count_record"]
 
 log = logging.getLogger("guardrail.windows")
 
@@ -66,29 +67,42 @@ class WindowCounter:
         self.cooldown = Cooldown()
 
     def apply(self, event: JudgmentEvent, timestamp: float) -> None:
-        key = event.window_key
+        self.apply_many([event], timestamp)
+
+    def apply_many(self, events: list[JudgmentEvent], timestamp: float) -> None:
+        """Count events of one window cell (one window key, one window), in
+        input order: the cell is read once and written once, and the alert
+        rule checked once, on the counts after all of them."""
+        key = events[0].window_key
         counts = WindowCounts.from_dict(self.windowed[key].current())
+        counted = [event for event in events if self._count(counts, event)]
+        if not counted:
+            return
+        self.windowed[key] = counts.as_dict()
+        unsafe = [event for event in counted if event.status == "unsafe"]
+        rule = rule_for(self.windows.alert_rules, events[0].metric)
+        if rule is not None and unsafe:
+            self._check(rule, unsafe[-1], counts, timestamp)
+
+    def _count(self, counts: WindowCounts, event: JudgmentEvent) -> bool:
+        """Add ``event`` to ``counts``; False for a duplicate (already counted)."""
         mark = event.dedup_mark
         if mark is not None:
             stream, position = mark
             if position <= mark_position(counts.marks.get(stream)):
                 self.telemetry.duplicate_judgments.inc()
-                return
+                return False
             counts.marks[stream] = mark_value(position)
         counts.seen += 1
         if event.status == "not_sampled":  # seen, not judged: no verdict to count
-            self.windowed[key] = counts.as_dict()
-            return
+            return True
         counts.total += 1
         counts.unsafe += event.status == "unsafe"
         counts.errors += event.status == "error"
         if event.status == "unsafe" and len(counts.examples) < self.windows.alert_examples:
             counts.examples.append({"case_id": event.case_id,
                                     "evidence_spans": list(event.evidence_spans)})
-        self.windowed[key] = counts.as_dict()
-        rule = rule_for(self.windows.alert_rules, event.metric)
-        if rule is not None and event.status == "unsafe":
-            self._check(rule, event, counts, timestamp)
+        return True
 
     def _previous(self, key: str, windows: int, include_current: bool) -> WindowCounts:
         total = WindowCounts()
@@ -183,17 +197,7 @@ def register(runtime: GuardrailApp) -> None:
                 # Window tables take the time and changelog partition from the
                 # current event, which buffered events must set themselves.
                 stream._set_current_event(event)
-                try:
-                    counter.apply(JudgmentEvent.decode(event.message.value),
-                                  event.message.timestamp)
-                except UnknownEvent as exc:  # a newer worker's: skipped, counted, said once
-                    unknown.skip(exc)
-                except MalformedEvent as exc:  # skipped: one bad event must not stop counting
-                    log.error("could not count judgment event at offset %s: %s",
-                              event.message.offset, exc)
-                except Exception:  # likewise, with the traceback: this one is a bug
-                    log.exception("could not count judgment event at offset %s",
-                                  event.message.offset)
+                count_record(counter, unknown, event.message)
             stream._set_current_event(None)
             # The changelog must be durable before these offsets may commit: Faust
             # commits on stop/rebalance before it flushes its producer buffer,
@@ -201,6 +205,26 @@ def register(runtime: GuardrailApp) -> None:
             await table.confirm_changelog()
             for event in events:
                 await stream.ack(event)
+
+
+def count_record(counter: WindowCounter, unknown: UnknownRecords, message: Any) -> None:
+    """Count one judgments record (a bundle, or a single event), cell by cell;
+    what cannot be read is skipped and said, the rest still counts."""
+    events, problems = decode_events(message.value)
+    for problem in problems:
+        if isinstance(problem, UnknownEvent):  # a newer worker's: skipped, counted, said once
+            unknown.skip(problem)
+        else:  # skipped: one bad event must not stop counting
+            log.error("could not count judgment event at offset %s: %s", message.offset,
+                      problem)
+    cells: dict[str, list[JudgmentEvent]] = {}
+    for event in events:
+        cells.setdefault(event.window_key, []).append(event)
+    for cell in cells.values():
+        try:
+            counter.apply_many(cell, message.timestamp)
+        except Exception:  # with the traceback: this one is a bug
+            log.exception("could not count judgment events at offset %s", message.offset)
 
 
 class UnknownRecords:

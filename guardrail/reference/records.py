@@ -30,7 +30,7 @@ from ..review.records import LabelRecord, ReviewItem
 from ..review.settings import ReviewSettings
 from ..settings import KafkaSettings, Settings
 from ..stream.alert_schemas import AgreementAlert, BudgetAlert, RegressionAlert
-from ..stream.schemas import DlqRecord, JudgmentRecord, ResultRecord, WireRecord
+from ..stream.schemas import DlqRecord, JudgmentBundle, ResultRecord, WireRecord
 from ._markdown import md_table, models_in
 from .record_examples import EXAMPLES
 
@@ -83,13 +83,15 @@ RECORDS: tuple[RecordDoc, ...] = (
               "One per input record that could not be judged, or per case of a many-case "
               "record (`otlp`) that could not. Sent with the input's Kafka headers. "
               "`guardrail replay` writes them to its `--dlq-topic`."),
-    RecordDoc("judgment", "Judgment event", JudgmentRecord, KafkaSettings, "judgments_topic",
+    RecordDoc("judgment", "Judgment events", JudgmentBundle, KafkaSettings, "judgments_topic",
               "`metric|label=value,…` of the group *without* the `version_label` label "
               "(e.g. `toxicity|model=m,prompt_version=p3`), so a group's versions share a "
               "partition",
-              "One per metric of each judged case (and per metric of each case sampling "
-              "left out, status `not_sampled`), from the judging side to the window counter. "
-              "The Kafka timestamp is the case's event time."),
+              "An event per metric of each judged case (and per metric of each case sampling "
+              "left out, status `not_sampled`), from the judging side to the window counter, "
+              "bundled: one record per key and window per batch of the judging agent. The "
+              "Kafka timestamp is the first event's time; all of a record's events fall in "
+              "the same window."),
     _alert("regression-alert", "Regression alert", RegressionAlert, "the metric's name",
            "Fired by the window counter when a metric's unsafe rate in a group's window "
            "breaks its alert rule."),

@@ -12,6 +12,12 @@ Typed on both sides, JSON on the wire; the keys are built and read only here::
     event.window_key                            # "toxicity|model=m,model_version=v2"
     parse_window_key(event.window_key)          # ("toxicity", "model=m,model_version=v2")
 
+The worker writes bundles, one record per partition key and window per batch
+(the events of one key and window in input order); readers take both::
+
+    value = encode_bundle([event, later_event])      # kind "judgments"
+    events, problems = decode_events(value)          # problems: the items not read
+
 A message the worker did not sample (``sample_rate``, see
 :mod:`.sampling`) is still counted as *seen*: one event per metric with status
 ``"not_sampled"``, no verdict, no spans. Counters read it as seen, not judged.
@@ -24,6 +30,7 @@ which is also the window table's key in existing changelogs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -33,7 +40,7 @@ from .envelope import Source
 
 __all__ = ["JudgmentEvent", "MalformedEvent", "UnknownEvent", "Status", "window_key",
            "partition_key", "parse_window_key", "mark_value", "mark_position", "KIND",
-           "SCHEMA_VERSION"]
+           "SCHEMA_VERSION", "BUNDLE_KIND", "encode_bundle", "decode_events"]
 
 #: ``not_sampled``: the message was seen but not judged (added with sampling;
 #: a counter from before sampling skipped it as malformed). The statuses of
@@ -62,15 +69,19 @@ class UnknownEvent(ValueError):
 #: judgments. A change a reader of this version could misread (a new status, a
 #: field with a new meaning) gets a new version; new optional fields do not.
 KIND, SCHEMA_VERSION = "judgment", 1
+#: A record of many events (see :func:`encode_bundle`); a reader from before
+#: bundles skips and counts it as an unknown kind.
+BUNDLE_KIND = "judgments"
 
 
-def _known(data: dict[str, Any]) -> None:
+def _known(data: dict[str, Any], *, kind: str = KIND) -> None:
     """Raise :class:`UnknownEvent` for kinds, versions and statuses of a newer release."""
-    kind, version = data.get("kind", KIND), data.get("schema_version", SCHEMA_VERSION)
+    expected = kind
+    kind, version = data.get("kind", expected), data.get("schema_version", SCHEMA_VERSION)
     if not isinstance(kind, str) or not _is_int(version):
         raise MalformedEvent(f"kind must be a string and schema_version an integer, "
                              f"got {kind!r:.40} and {version!r:.40}")
-    if kind != KIND or version > SCHEMA_VERSION:
+    if kind != expected or version > SCHEMA_VERSION:
         raise UnknownEvent(kind[:40], str(version), "written by a newer release?")
 
 
@@ -156,23 +167,27 @@ class JudgmentEvent:
         src = self.source
         return f"{self.origin}|{src.topic}|{src.partition}", src.position
 
-    def encode(self) -> bytes:
-        return orjson.dumps({
-            "kind": KIND, "schema_version": SCHEMA_VERSION, "metric": self.metric, "group": self.group, "table_key": self.window_key,
+    def as_dict(self) -> dict[str, Any]:
+        """The event as the wire carries it (alone, or as an item of a bundle)."""
+        return {
+            "kind": KIND, "schema_version": SCHEMA_VERSION, "metric": self.metric,
+            "group": self.group, "table_key": self.window_key,
             "status": self.status, "case_id": self.case_id,
             "event_time_ms": self.event_time_ms, "evidence_spans": list(self.evidence_spans),
             "source": None if self.source is None else self.source.as_dict(),
-            "origin": self.origin})
+            "origin": self.origin}
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self.as_dict())
 
     @classmethod
     def decode(cls, raw: bytes | None) -> JudgmentEvent:
         """Read a judgments-topic value; :class:`MalformedEvent` says what is wrong."""
-        if raw is None:
-            raise MalformedEvent("judgment event has no value (tombstone)")
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise MalformedEvent(f"judgment event is not valid JSON: {str(exc)[:200]}") from None
+        return cls.from_dict(_loads(raw, "judgment event"))
+
+    @classmethod
+    def from_dict(cls, data: Any) -> JudgmentEvent:
+        """Read one decoded event; :class:`MalformedEvent` says what is wrong."""
         if not isinstance(data, dict):
             raise MalformedEvent(f"judgment event must be a JSON object, "
                                  f"got {type(data).__name__}")
@@ -190,6 +205,49 @@ class JudgmentEvent:
             raise MalformedEvent(f"table_key {str(written_key)[:200]!r} does not match "
                                  f"metric and group ({event.window_key[:200]!r})")
         return event
+
+
+def encode_bundle(events: Sequence[JudgmentEvent]) -> bytes:
+    """One judgments-topic value for many events of one partition key and one
+    window, in input order. The judging side writes one per key and window per
+    batch, so a message's metrics and a batch's messages cost one record."""
+    return orjson.dumps({"kind": BUNDLE_KIND, "schema_version": SCHEMA_VERSION,
+                         "events": [event.as_dict() for event in events]})
+
+
+def decode_events(raw: bytes | None) -> tuple[list[JudgmentEvent], list[ValueError]]:
+    """The events of a judgments-topic value, a bundle or a single event, in
+    order, and what could not be read: :class:`MalformedEvent` or
+    :class:`UnknownEvent` per bad item (the rest still count), or one for a
+    value that is neither."""
+    try:
+        data = _loads(raw, "judgments record")
+        if not (isinstance(data, dict) and data.get("kind") == BUNDLE_KIND):
+            return [JudgmentEvent.from_dict(data)], []
+        _known(data, kind=BUNDLE_KIND)
+        items = data.get("events")
+        if not isinstance(items, list):
+            raise MalformedEvent(f"a judgments bundle needs a list of events, "
+                                 f"got {items!r:.60}")
+    except (MalformedEvent, UnknownEvent) as exc:
+        return [], [exc]
+    events: list[JudgmentEvent] = []
+    problems: list[ValueError] = []
+    for item in items:
+        try:
+            events.append(JudgmentEvent.from_dict(item))
+        except (MalformedEvent, UnknownEvent) as exc:
+            problems.append(exc)
+    return events, problems
+
+
+def _loads(raw: bytes | None, what: str) -> Any:
+    if raw is None:
+        raise MalformedEvent(f"{what} has no value (tombstone)")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedEvent(f"{what} is not valid JSON: {str(exc)[:200]}") from None
 
 
 def _is_int(value: Any) -> bool:

@@ -5,7 +5,7 @@ messages in and publish what comes out::
 
     judge = MessageJudge.from_settings(evaluator, settings)
     outgoing = await judge.process([RawMessage(value=b"...", source=Source(...))])
-    # -> results, judgment events (for windows, see .events) and DLQ records;
+    # -> results, judgment-event bundles (for windows, see .events), DLQ records;
     #    results and DLQ records carry the input's Kafka headers (trace context)
     judge.tally.judged, judge.tally.cached, judge.tally.cost   # what judging cost so far
 
@@ -45,7 +45,7 @@ from .budget import BudgetGovernor
 from .envelope import (DEFAULT_CONVERSATION_CHARS, BadInput, DecodedRecord, Headers,
                        InputMessage, Source, decode_record, dlq_record, group_labels,
                        result_record)
-from .events import JudgmentEvent, Status
+from .events import JudgmentEvent, Status, encode_bundle
 from .sampling import Sampler
 from .tally import JudgeTally
 from .telemetry import Telemetry
@@ -134,8 +134,7 @@ class MessageJudge:
         self.sampler, self.budget = sampler, budget
         #: Valid messages left unjudged by the sampling.
         self.not_sampled = 0
-        #: Which run produced the judgments ("live", or one replay): the window
-        #: counter de-duplicates per origin and source partition.
+        #: Which run produced the judgments ("live", or a replay's id): see .events.
         self.origin = origin
         #: When a judge call last succeeded (any batch): tells a judge outage
         #: from one message the judge keeps failing on.
@@ -178,9 +177,13 @@ class MessageJudge:
         # In input order: the window counter skips an event whose position is not
         # above the last one counted for its partition, unsampled ones included.
         next_verdict = iter(verdicts)
+        events: list[JudgmentEvent] = []
         for (raw, source, msg), take in zip(good, chosen):
-            outgoing.extend(self._records(raw, source, msg, next(next_verdict)) if take
-                            else self._not_sampled(source, msg))
+            if take:
+                outgoing.extend(self._records(raw, source, msg, next(next_verdict), events))
+            else:
+                events.extend(self._not_sampled(source, msg))
+        outgoing.extend(self._bundles(events))
         return outgoing
 
     def _decode(self, batch: list[RawMessage]) -> tuple[list[Case3], list[Outgoing]]:
@@ -232,7 +235,7 @@ class MessageJudge:
         factor = 1.0 if self.budget is None else self.budget.factor
         return [self.sampler.decide(msg, source, factor) for _, source, msg in good]
 
-    def _not_sampled(self, source: Source, message: InputMessage) -> list[Outgoing]:
+    def _not_sampled(self, source: Source, message: InputMessage) -> list[JudgmentEvent]:
         """No result, only a ``not_sampled`` event per metric (the windows' seen)."""
         self.not_sampled += 1
         self.telemetry.messages.labels(outcome="not_sampled").inc()
@@ -300,7 +303,8 @@ class MessageJudge:
         return Outgoing(self.dlq_topic, source.key, value, headers=source.headers)
 
     def _records(self, raw: RawMessage, source: Source, message: InputMessage,
-                 metrics: RedteamMetrics) -> list[Outgoing]:
+                 metrics: RedteamMetrics, events: list[JudgmentEvent]) -> list[Outgoing]:
+        """A judged case's result (and review item); its events go to ``events``."""
         event_ms = _event_ms(source, message)
         record = result_record(message, metrics, source, event_time_ms=event_ms,
                                judge_model=self.evaluator.judge.model)
@@ -316,7 +320,7 @@ class MessageJudge:
         if self.review is not None:
             records.extend(self._review(message, metrics, event_ms))
         if self.emit_judgments:
-            records.extend(self._events(message, source, [
+            events.extend(self._events(message, source, [
                 (m.name, "error" if m.error else ("unsafe" if m.unsafe else "safe"),
                  tuple(m.result[0].evidence_spans[:3]) if m.unsafe else ())
                 for m in metrics.metrics]))
@@ -359,20 +363,29 @@ class MessageJudge:
                 t.stage_judgments.labels(stage=stage, verdict=verdict).inc()
 
     def _events(self, message: InputMessage, source: Source,
-                verdicts: list[tuple[str, Status, tuple[str, ...]]]) -> list[Outgoing]:
+                verdicts: list[tuple[str, Status, tuple[str, ...]]]) -> list[JudgmentEvent]:
         """Judgment events, one per (metric, status, evidence spans)."""
         labels = group_labels(message.metadata, self.windows.group_labels)
         event_ms = _event_ms(source, message)
-        outgoing = []
-        for metric, status, spans in verdicts:
-            event = JudgmentEvent(
-                metric=metric, group=labels, status=status, case_id=message.case.case_id,
-                event_time_ms=event_ms, evidence_spans=spans, source=source,
-                origin=self.origin)
-            outgoing.append(Outgoing(self.kafka.judgments_topic,
-                                     event.partition_key(self.windows.version_label),
-                                     event.encode(), timestamp_ms=event_ms))
-        return outgoing
+        return [JudgmentEvent(metric=metric, group=labels, status=status,
+                              case_id=message.case.case_id, event_time_ms=event_ms,
+                              evidence_spans=spans, source=source, origin=self.origin)
+                for metric, status, spans in verdicts]
+
+    def _bundles(self, events: list[JudgmentEvent]) -> list[Outgoing]:
+        """One judgments record per partition key and window, events in input order
+        (de-duplication needs it), stamped with the first event's time."""
+        topic, version_label = self.kafka.judgments_topic, self.windows.version_label
+        if not self.windows.judgment_bundles:  # one record per event, as before bundles
+            return [Outgoing(topic, e.partition_key(version_label), e.encode(),
+                             timestamp_ms=e.event_time_ms) for e in events]
+        size_ms = self.windows.window_seconds * 1000
+        bundles: dict[tuple[bytes, int], list[JudgmentEvent]] = {}
+        for e in events:
+            place = (e.partition_key(version_label), int(e.event_time_ms // size_ms))
+            bundles.setdefault(place, []).append(e)
+        return [Outgoing(topic, key, encode_bundle(bundle), timestamp_ms=bundle[0].event_time_ms)
+                for (key, _), bundle in bundles.items()]
 
 
 def _event_ms(source: Source, message: InputMessage) -> int:

@@ -1,7 +1,7 @@
 """Typed descriptions of the records the worker writes as plain dicts.
 
 The producers stay as they are (:func:`.envelope.result_record`,
-:func:`.envelope.dlq_record`, :meth:`.events.JudgmentEvent.encode`, and the
+:func:`.envelope.dlq_record`, :func:`.events.encode_bundle`, and the
 alerts in :mod:`.alert_schemas`); these models say what each of them writes,
 field by field. They forbid unknown keys, so ``tests/test_reference_records.py``,
 which validates records of the real producers against them, fails as soon as a
@@ -10,7 +10,7 @@ producer writes a key that is not described here. The records reference
 
     ResultRecord.model_validate_json(value, strict=True)    # a results-topic value
     DlqRecord.model_validate_json(value, strict=True)       # a DLQ value
-    JudgmentRecord.model_validate_json(value, strict=True)  # a judgments-topic value
+    JudgmentBundle.model_validate_json(value, strict=True)  # a judgments-topic value
 
 The review and labels topics carry :class:`~guardrail.review.records.ReviewItem`
 and :class:`~guardrail.review.records.LabelRecord`, which are models already.
@@ -27,7 +27,7 @@ from .envelope import DLQ_MAX_ORIGINAL
 from .events import Status
 
 __all__ = ["WireRecord", "SourceCoordinates", "TraceContext", "ResultRecord", "DlqSource",
-           "DlqRecord", "JudgmentRecord"]
+           "DlqRecord", "JudgmentRecord", "JudgmentBundle"]
 
 
 class WireRecord(BaseModel):
@@ -211,3 +211,18 @@ class JudgmentRecord(WireRecord):
     """The input's coordinates (de-duplication of redelivered events)."""
     origin: str
     """``live``, or ``replay-<id>`` for the events of one replay run."""
+
+
+class JudgmentBundle(WireRecord):
+    """The judgment events of one partition key and one window, from one batch
+    of the judging agent, in input order: one record where there were one per
+    event. (A single :class:`JudgmentRecord` as the whole value, as workers of
+    earlier releases wrote it, is read too.)"""
+
+    kind: Literal["judgments"]
+    """The record kind; a reader that does not know it skips (and counts) the record."""
+    schema_version: Literal[1]
+    """As in the events: raised when a reader of this version could misread it."""
+    events: list[JudgmentRecord]
+    """The events, oldest input position first (the window counter's
+    de-duplication relies on this order)."""

@@ -26,7 +26,7 @@ from guardrail.settings import Settings
 from .harness import StreamEnv, TopicWatcher, consume, produce
 
 __all__ = ["crash_scenario", "outage_scenario", "rebalance_scenario", "secrets_scenario",
-           "stop_scenario", "sample_cases", "delivery_figures"]
+           "stop_scenario", "sample_cases", "delivery_figures", "judgment_events"]
 
 
 def sample_cases(n: int, *, prefix: str = "case", toxic_every: int = 10,
@@ -106,12 +106,25 @@ def crash_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *, cases: 
             "seconds": seconds, "logs": env.logs()}
 
 
+def judgment_events(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events of judgments-topic values (bundles, or single events as
+    older workers wrote them); other kinds are skipped, as the counter skips
+    a newer release's."""
+    events = []
+    for record in records:
+        if record.get("kind") == "judgments":
+            events.extend(record["events"])
+        elif record.get("kind", "judgment") == "judgment":
+            events.append(record)
+    return events
+
+
 def _window_figures(env: StreamEnv, web_port: int, most: int) -> dict[str, Any]:
     """Judgment events on the topic, unique ones, and what the windows counted."""
     events = asyncio.run(consume(env.bootstrap, env.topic("judgments"), expect=most,
-                                 timeout=30, settle=2))
-    # Only judgments count (a newer release's other kinds are skipped by the counter).
-    judgments = [j for j in events if j.get("kind", "judgment") == "judgment"]
+                                 timeout=30, settle=2,
+                                 weight=lambda value: len(judgment_events([value]))))
+    judgments = judgment_events(events)
     unique = len({(j["source"]["partition"], _position(j["source"]), j["metric"])
                   for j in judgments})
     judged = len({(j["source"]["partition"], _position(j["source"]), j["metric"])

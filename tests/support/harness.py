@@ -13,7 +13,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -116,32 +118,39 @@ async def produce(bootstrap: str, topic: str, values: list[tuple[Any, ...]]) -> 
 
 
 async def consume(bootstrap: str, topic: str, *, expect: int, timeout: float,
-                  settle: float = 0.0) -> list[dict[str, Any]]:
+                  settle: float = 0.0, weight: Callable[[Any], int] | None = None,
+                  ) -> list[dict[str, Any]]:
     """Read a topic from the start until ``expect`` records (then ``settle`` more
-    seconds, to catch extras) or ``timeout``; values parsed as JSON."""
-    messages = await consume_messages(bootstrap, topic, expect=expect, timeout=timeout,
-                                      settle=settle)
+    seconds, to catch extras) or ``timeout``; values parsed as JSON. With
+    ``weight``, a record counts for ``weight(value)`` toward ``expect`` (a
+    judgments bundle for its events)."""
+    messages = await consume_messages(
+        bootstrap, topic, expect=expect, timeout=timeout, settle=settle,
+        weight=None if weight is None else (lambda m: weight(json.loads(m.value))))
     return [json.loads(m.value) for m in messages]
 
 
 async def consume_messages(bootstrap: str, topic: str, *, expect: int, timeout: float,
-                           settle: float = 0.0) -> list[Any]:
+                           settle: float = 0.0, weight: Callable[[Any], int] | None = None,
+                           ) -> list[Any]:
     """As :func:`consume`, but the aiokafka records themselves (key, headers, value)."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
                                 auto_offset_reset="earliest", enable_auto_commit=False)
     await consumer.start()
     records: list[Any] = []
+    counted = 0
     deadline = time.monotonic() + timeout
     settle_until: float | None = None
     try:
         while time.monotonic() < deadline:
-            if settle_until is None and len(records) >= expect:
+            if settle_until is None and counted >= expect:
                 settle_until = time.monotonic() + settle
             if settle_until is not None and time.monotonic() >= settle_until:
                 break
             batch = await consumer.getmany(timeout_ms=300)
             for messages in batch.values():
                 records.extend(messages)
+                counted += sum(map(weight, messages)) if weight else len(messages)
     finally:
         await consumer.stop()
     return records
@@ -276,3 +285,19 @@ class OtlpLogSink(WebhookSink):
     def log_records(self) -> list[Any]:
         return [record for req in list(self.requests) for rl in req.resource_logs
                 for sl in rl.scope_logs for record in sl.log_records]
+
+
+def worker_page(port: int, path: str) -> str:
+    """A page of a worker's web server (``/metrics``, ``/rates``, ...), as text."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+        return response.read().decode()
+
+
+def worker_ready(worker: Any) -> bool:
+    """The worker subprocess answers ``/health`` with ok; AssertionError if it exited."""
+    if worker.poll() is not None:
+        raise AssertionError(f"the worker exited with {worker.returncode}")
+    try:
+        return json.loads(worker_page(worker.web_port, "/health")).get("status") == "ok"
+    except OSError:
+        return False
