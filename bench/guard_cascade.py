@@ -15,9 +15,9 @@ four configurations:
 
 Both judges are stand-ins on loopback. The rubric judge is the rule judge
 (``guardrail.local.rule_judge.JudgeServer``: UNSAFE on words such as "idiot"
-or "those people are", usage ~ characters / 4). The guard is an aiohttp server
-answering as Llama Guard 3 does (``safe``, or ``unsafe`` + ``S10``, with the
-first token's top log-probabilities, shaped as in ``tests/test_guard_judge.py``):
+or "those people are", usage ~ characters / 4). The guard is the stand-in of
+``tests/support/guard_server.py`` answering as Llama Guard 3 does (``safe``, or
+``unsafe`` + ``S10``, with the first token's top log-probabilities):
 P(unsafe) 0.90-0.99 on the rule judge's words, 0.25-0.75 on a few milder
 words (the unsure band), 0.01-0.06 otherwise. Its reported prompt tokens are
 litellm's count of the turns it got plus ``TEMPLATE_TOKENS`` for the fixed text
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import random
 import time
 import zlib
@@ -44,7 +43,6 @@ from typing import Any
 
 import litellm
 import orjson
-from aiohttp import web
 from common import meta, write_json
 
 from guardrail._litellm import price_tokens
@@ -57,6 +55,7 @@ from guardrail.settings import Settings, load_settings
 from guardrail.stream.envelope import Source
 from guardrail.stream.processing import MessageJudge, RawMessage
 from guardrail.judges.transports import Completion, make_transport
+from tests.support.guard_server import Answer, GuardServer, llama  # common: repo on sys.path
 
 #: Tokens of the fixed text Llama Guard 3's chat template puts around the turns
 #: (task line, the 14 hazard names, conversation markers, answer instructions,
@@ -132,61 +131,24 @@ def guard_probability(text: str) -> float:
     return 0.01 + 0.05 * spread
 
 
-def llama_answer(p: float, codes: str = "S10") -> tuple[str, list[dict[str, Any]]]:
-    """Llama Guard 3's answer for P(unsafe) ``p`` and its ``logprobs.content``:
-    the blank line it starts with, the verdict word (with its top alternatives),
-    then the codes line when unsafe (as ``tests/test_guard_judge.py`` builds it)."""
-    word = "unsafe" if p >= 0.5 else "safe"
-    pieces = ["\n\n", word] + (["\n", codes] if word == "unsafe" else [])
-    top = sorted([("unsafe", p), ("safe", 1 - p)], key=lambda alt: -alt[1])
-    entries = []
-    for i, piece in enumerate(pieces):
-        alts = [{"token": t, "logprob": math.log(max(q, 1e-9)), "bytes": list(t.encode())}
-                for t, q in top] if i == 1 else []
-        entries.append({"token": piece, "logprob": alts[0]["logprob"] if alts else 0.0,
-                        "bytes": list(piece.encode()), "top_logprobs": alts})
-    return "".join(pieces), entries
+def guard_answer(body: dict[str, Any]) -> Answer:
+    """Llama Guard 3's answer to the last turn (the judged answer)."""
+    return llama(guard_probability(body["messages"][-1]["content"]))
 
 
-class GuardStandIn:
+def template_usage(body: dict[str, Any], answer: Answer) -> tuple[int, int]:
+    """What a server running the real template would count: the turns it got plus
+    the template's fixed text; the answer's tokens and end-of-turn."""
+    text = "\n\n".join(t["content"] for t in body["messages"])
+    return (TEMPLATE_TOKENS + litellm.token_counter(model="gpt-4o-mini", text=text),
+            len(answer.pieces) + 1)
+
+
+def guard_stand_in() -> GuardServer:
     """The Llama Guard stand-in: an OpenAI-compatible chat endpoint on loopback."""
-
-    def __init__(self) -> None:
-        self._runner: web.AppRunner | None = None
-        self.api_base = ""
-
-    async def __aenter__(self) -> GuardStandIn:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._chat)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.api_base = f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    async def _chat(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        turns = body["messages"]
-        content, entries = llama_answer(guard_probability(turns[-1]["content"]))
-        # What a server running the real template would count: the turns it got
-        # plus the template's fixed text; the answer's tokens and end-of-turn.
-        prompt = TEMPLATE_TOKENS + litellm.token_counter(
-            model="gpt-4o-mini", text="\n\n".join(t["content"] for t in turns))
-        completion = len(entries) + 1
-        choice = {"index": 0, "finish_reason": "stop",
-                  "message": {"role": "assistant", "content": content}}
-        if body.get("logprobs"):
-            choice["logprobs"] = {"content": entries}
-        return web.json_response({
-            "id": "chatcmpl-guard", "object": "chat.completion", "created": int(time.time()),
-            "model": body["model"], "choices": [choice],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion}})
+    server = GuardServer(answer=guard_answer)
+    server.usage = template_usage
+    return server
 
 
 # --- counting at the transport -----------------------------------------------------
@@ -331,7 +293,7 @@ def print_table(table: list[dict[str, Any]], info: dict[str, Any], strong_model:
 async def main_async(args: argparse.Namespace) -> None:
     messages = traffic(args.messages, args.unsafe, args.unsure, args.seed)
     runs: dict[str, dict[str, Any]] = {}
-    async with JudgeServer() as rubric, GuardStandIn() as guard:
+    async with JudgeServer() as rubric, guard_stand_in() as guard:
         for key, (_, on) in CONFIGS.items():
             runs[key] = await run_config(on, messages, guard.api_base, rubric.api_base,
                                          args.strong_model)

@@ -22,24 +22,36 @@ With a cascade (``escalate_model``) the second judge's spend depends on how
 many first judgments fall inside ``escalate_band``, which only a run shows;
 the estimate gives its ceiling: every sampled message escalated on every
 metric, the same prompts counted and priced for the escalation model.
+
+A guard model first (``judge_protocol`` not ``rubric``; see
+:mod:`guardrail.estimate_guard`) is priced with the requests its protocol
+really sends and a guard's short answer (a moderation endpoint: calls only,
+$0 unless ``judge_*_cost_per_token`` price it). ``report.stages`` says what
+each stage covers; with ``escalate_model``, ``report.escalation_uncovered``
+prices what the cascade always escalates (the metrics the guard does not
+cover), ``report.escalation`` stays the ceiling (every metric escalated).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ._litellm import cached_input_price, count_message_tokens, max_input_tokens, price_tokens
 from .judges.cascade import EscalationSettings, escalation_judge_settings
+from .estimate_guard import (GUARD_OUTPUT_TOKENS, StageCoverage, as_guard, guard_requests,
+                             stage_coverage)
 from .evaluate import EffectiveConfig, Evaluator
+from .judges.guard import GuardJudge
+from .judges.protocols import GuardRequest
 from .models import Case, CostEstimate, ScoringMode
 from .prompts import NONCE_BYTES, JudgePrompt, render_group_prompt, render_prompt
 from .settings import JudgeSettings
 
 __all__ = ["EXPECTED_OUTPUT_TOKENS", "GROUP_ENTRY_TOKENS", "OPENAI_MIN_CACHED_PROMPT",
            "estimate_nonce", "CaseEstimate", "EscalationEstimate", "EstimateReport",
-           "estimate_case", "estimate_cases"]
+           "estimate_case", "estimate_guard_case", "estimate_cases"]
 
 #: Typical answer sizes measured on the shipped rubrics (tokens per metric).
 EXPECTED_OUTPUT_TOKENS: dict[tuple[ScoringMode, bool], int] = {
@@ -99,6 +111,17 @@ class EstimateReport:
     warnings: list[str] = field(default_factory=list)
     #: With ``escalate_model`` set: the escalation judge's worst case.
     escalation: EscalationEstimate | None = None
+    #: The first stage's protocol: ``rubric``, or the guard's (``llama_guard`` …).
+    protocol: str = "rubric"
+    #: Per stage (first judge; escalation judge with ``escalate_model``): what it covers.
+    stages: list[StageCoverage] = field(default_factory=list)
+    #: A guard first: its expected answer tokens per call (None: the rubric judge).
+    guard_output_tokens: int | None = None
+    #: False for a moderation endpoint without ``judge_*_cost_per_token``: $0, no tokens.
+    priced_by_token: bool = True
+    #: A guard first with ``escalate_model``: what is always escalated (the
+    #: metrics the guard does not cover), a part of ``escalation``.
+    escalation_uncovered: EscalationEstimate | None = None
 
     @property
     def calls(self) -> float:
@@ -137,8 +160,10 @@ def _too_long(tokens: int, model: str, limit: int | None) -> str | None:
             f"{model} takes {limit:,}; not priced")
 
 
-def _counts(prompts: list[JudgePrompt], model: str, limit: int | None) -> list[int] | str:
-    """Input tokens per call, or why the case cannot fit ``model``'s context."""
+def _counts(prompts: Sequence[JudgePrompt | GuardRequest], model: str,
+            limit: int | None) -> list[int] | str:
+    """Input tokens per call (a rubric prompt's or a guard request's messages),
+    or why the case cannot fit ``model``'s context."""
     counts = []
     for prompt in prompts:
         floor = sum(len(m["content"]) for m in prompt.messages) // _MAX_CHARS_PER_TOKEN
@@ -152,12 +177,20 @@ def _counts(prompts: list[JudgePrompt], model: str, limit: int | None) -> list[i
 
 
 def estimate_case(case: Case, evaluator: Evaluator, *, model: str,
-                  context_limit: int | None = None) -> CaseEstimate:
-    """Count the tokens one case would spend, call by call."""
+                  context_limit: int | None = None,
+                  uncovered_by: GuardJudge | None = None) -> CaseEstimate:
+    """Count the tokens one case would spend, call by call; with ``uncovered_by``
+    (a guard first stage) only for the metrics that guard does not cover."""
     case_id = case.case_id or "-"
     config = evaluator.effective_config(case)
     if not case.has_output:
         return CaseEstimate(case_id, 0, 0, 0, skipped="output is missing or empty")
+    if uncovered_by is not None:
+        _, uncovered = uncovered_by.covered(m.name for m in config.metrics)
+        config = EffectiveConfig(config.scoring_mode, config.include_reasoning,
+                                 tuple(m for m in config.metrics if m.name in uncovered))
+        if not config.metrics:
+            return CaseEstimate(case_id, 0, 0, 0)
     prompts = _prompts(case, config, evaluator.per_message)
     counts = _counts(prompts, model, context_limit)
     if isinstance(counts, str):
@@ -171,50 +204,109 @@ def estimate_case(case: Case, evaluator: Evaluator, *, model: str,
                         cached_prefix_tokens=min(prefix, sum(counts)))
 
 
+def estimate_guard_case(case: Case, evaluator: Evaluator, guard: GuardJudge, *, model: str,
+                        context_limit: int | None = None,
+                        by_token: bool = True) -> CaseEstimate:
+    """Count what a guard first stage sends for one case: the requests its
+    protocol builds (see :func:`~guardrail.estimate_guard.guard_requests`) and a
+    guard's short answer per call; ``by_token=False`` (an unpriced moderation
+    endpoint): the calls only."""
+    case_id = case.case_id or "-"
+    if not case.has_output:
+        return CaseEstimate(case_id, 0, 0, 0, skipped="output is missing or empty")
+    config = evaluator.effective_config(case)
+    requests = guard_requests(guard, _prompts(case, config, evaluator.per_message),
+                              {m.name: m for m in config.metrics})
+    if not by_token:
+        return CaseEstimate(case_id, len(requests), 0, 0)
+    counts = _counts(requests, model, context_limit)
+    if isinstance(counts, str):
+        return CaseEstimate(case_id, 0, 0, 0, skipped=counts)
+    answer = GUARD_OUTPUT_TOKENS[guard.protocol.name]
+    return CaseEstimate(case_id, len(requests), sum(counts), answer * len(requests))
+
+
 def estimate_cases(cases: Iterable[Case], evaluator: Evaluator, *, judge: JudgeSettings,
                    sample_rate: float = 1.0,
                    escalation: EscalationSettings | None = None) -> EstimateReport:
     """Estimate every case and price the expected total (times ``sample_rate``)
     with the judge model's prices, in full and with cached prefixes; with an
-    ``escalation`` whose ``model`` is set, also the cascade's ceiling."""
+    ``escalation`` whose ``model`` is set, also the cascade's ceiling (and, after
+    a guard, what it always escalates). ``report.stages``: what each stage covers."""
     if not 0.0 <= sample_rate <= 1.0:
         raise ValueError(f"sample_rate must be within 0..1, got {sample_rate}")
     cases = list(cases)
-    model = judge.model
-    report = EstimateReport(model=model, sample_rate=sample_rate,
-                            judge_calls=evaluator.evaluation.judge_calls)
-    limit = max_input_tokens(model)
-    report.cases = [estimate_case(case, evaluator, model=model, context_limit=limit)
-                    for case in cases]
-    if escalation is not None and escalation.model:
-        report.escalation = _escalation_ceiling(
-            cases, evaluator, escalation_judge_settings(judge, escalation), escalation.band,
-            sample_rate)
+    guard = as_guard(evaluator.judge)
+    report = EstimateReport(model=judge.model, sample_rate=sample_rate,
+                            judge_calls=evaluator.evaluation.judge_calls,
+                            protocol=guard.protocol.name if guard is not None else "rubric")
+    report.cases = _first_stage(cases, evaluator, guard, judge, report)
+    second = escalation.model if escalation is not None else None
+    report.stages = stage_coverage(evaluator.judge, report.protocol,
+                                   _metric_names(cases, evaluator), escalation_model=second)
+    if escalation is not None and second:
+        settings = escalation_judge_settings(judge, escalation)
+        report.escalation = _escalation_ceiling(cases, evaluator, settings, escalation.band,
+                                                sample_rate)
+        if guard is not None:
+            report.escalation_uncovered = _escalation_ceiling(
+                cases, evaluator, settings, escalation.band, sample_rate, uncovered_by=guard)
     report.warnings = [f"case {c.case_id}: {c.skipped}" for c in report.cases
                        if c.skipped and "context window" in c.skipped]
-    input_tokens = sum(c.input_tokens for c in report.cases)
-    output_tokens = sum(c.output_tokens for c in report.cases)
-    prefix = sum(c.cached_prefix_tokens for c in report.cases)
-    cost = _price(report.cases, judge)
-    cached = _price(report.cases, judge, cached_tokens=prefix)
-    report.price_known = cost is not None
-    report.total = CostEstimate(cost=None if cost is None else cost * sample_rate,
-                                input_tokens=float(input_tokens) * sample_rate,
-                                output_tokens=float(output_tokens) * sample_rate)
-    report.cached_prefix_tokens = prefix * sample_rate
-    report.cost_cached = None if cached is None else cached * sample_rate
-    report.cached_rate = None if judge.input_cost_per_token is not None else (
-        cached_input_price(model))
+    _price_first_stage(report, judge)
     return report
 
 
-def _escalation_ceiling(cases: list[Case], evaluator: Evaluator, judge: JudgeSettings,
-                        band: tuple[float, float], sample_rate: float) -> EscalationEstimate:
-    """Every case judged again by ``judge`` with the same prompts (the cascade
-    sends the first judge's layout: one call per message, or one per metric)."""
+def _first_stage(cases: list[Case], evaluator: Evaluator, guard: GuardJudge | None,
+                 judge: JudgeSettings, report: EstimateReport) -> list[CaseEstimate]:
+    """The first judge's rows: rubric prompts, or a guard's own requests."""
     limit = max_input_tokens(judge.model)
-    rows = [estimate_case(case, evaluator, model=judge.model, context_limit=limit)
-            for case in cases]
+    if guard is None:
+        return [estimate_case(case, evaluator, model=judge.model, context_limit=limit)
+                for case in cases]
+    report.guard_output_tokens = GUARD_OUTPUT_TOKENS[guard.protocol.name]
+    priced = judge.input_cost_per_token is not None and judge.output_cost_per_token is not None
+    report.priced_by_token = guard.protocol.name != "moderation" or priced
+    return [estimate_guard_case(case, evaluator, guard, model=judge.model, context_limit=limit,
+                                by_token=report.priced_by_token) for case in cases]
+
+
+def _metric_names(cases: list[Case], evaluator: Evaluator) -> list[str]:
+    """Every metric the sampled cases are judged on, in first-seen order."""
+    names: dict[str, None] = {}
+    for case in cases:
+        names.update(dict.fromkeys(m.name for m in evaluator.effective_config(case).metrics))
+    return list(names) or [m.name for m in evaluator.base_metrics]
+
+
+def _price_first_stage(report: EstimateReport, judge: JudgeSettings) -> None:
+    """Totals times the sample rate, in full and with cached prefixes; an
+    unpriced moderation endpoint costs $0 (it is not priced by token)."""
+    rate, rows = report.sample_rate, report.cases
+    prefix = sum(c.cached_prefix_tokens for c in rows)
+    if report.priced_by_token:
+        cost, cached = _price(rows, judge), _price(rows, judge, cached_tokens=prefix)
+    else:
+        cost = cached = 0.0
+    report.price_known = cost is not None
+    report.total = CostEstimate(cost=None if cost is None else cost * rate,
+                                input_tokens=float(sum(c.input_tokens for c in rows)) * rate,
+                                output_tokens=float(sum(c.output_tokens for c in rows)) * rate)
+    report.cached_prefix_tokens = prefix * rate
+    report.cost_cached = None if cached is None else cached * rate
+    report.cached_rate = None if judge.input_cost_per_token is not None or (
+        report.protocol != "rubric") else cached_input_price(judge.model)
+
+
+def _escalation_ceiling(cases: list[Case], evaluator: Evaluator, judge: JudgeSettings,
+                        band: tuple[float, float], sample_rate: float, *,
+                        uncovered_by: GuardJudge | None = None) -> EscalationEstimate:
+    """Every case judged again by ``judge`` with the same prompts (the cascade
+    sends the first judge's layout: one call per message, or one per metric);
+    with ``uncovered_by``, only the metrics that guard leaves uncovered."""
+    limit = max_input_tokens(judge.model)
+    rows = [estimate_case(case, evaluator, model=judge.model, context_limit=limit,
+                          uncovered_by=uncovered_by) for case in cases]
     cost = _price(rows, judge)
     return EscalationEstimate(
         model=judge.model, band=band, calls=sum(r.calls for r in rows) * sample_rate,

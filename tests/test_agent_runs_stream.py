@@ -15,21 +15,16 @@ import json
 import random
 import signal
 import time
-import urllib.request
 
 import pytest
 from opentelemetry.trace import format_span_id
-from support.harness import OtlpLogSink, StreamEnv, TopicWatcher, consume, poll
+from support.harness import (OtlpLogSink, StreamEnv, TopicWatcher, consume, poll, worker_page,
+                             worker_ready)
 from support.run_traffic import agent_run, chat_span_record, produce_spread, spread
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
 RUN_SETTINGS = {"input_format": "otlp", "topic_partitions": 2, "run_settle_seconds": 1}
-
-
-def _get(port: int, path: str) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-        return response.read().decode()
 
 
 def _verdicts(result: dict) -> dict[str, str]:
@@ -62,12 +57,12 @@ def test_each_run_is_judged_once_on_its_root_span_from_spans_spread_over_partiti
                         **RUN_SETTINGS)
         try:
             worker = env.start_worker()
-            assert poll(lambda: _ready(worker), 60), env.logs()[-3000:]
+            assert poll(lambda: worker_ready(worker), 60), env.logs()[-3000:]
             asyncio.run(produce_spread(env.bootstrap, env.topic("input"), records))
             results = asyncio.run(consume(env.bootstrap, env.topic("results"), expect=5,
                                           timeout=120, settle=3))
             poll(lambda: len(sink.log_records()) >= 4 * 5 + 2, 20)
-            metrics = _get(worker.web_port, "/metrics")
+            metrics = worker_page(worker.web_port, "/metrics")
         finally:
             env.stop_workers()
     logs = env.logs()
@@ -100,15 +95,6 @@ def expected_id(run) -> str:
     return f"{run.trace_id}:{run.root_span_id}"
 
 
-def _ready(worker) -> bool:
-    if worker.poll() is not None:
-        raise AssertionError(f"the worker exited with {worker.returncode}")
-    try:
-        return json.loads(_get(worker.web_port, "/health")).get("status") == "ok"
-    except OSError:
-        return False
-
-
 def test_idle_late_and_truncated_runs(kafka_bootstrap, thread_judge, tmp_path):
     """No root: judged after run_idle_seconds as ``idle``. A span for a run
     already judged: counted, never a run of its own. 2,000 spans: judged as
@@ -123,7 +109,7 @@ def test_idle_late_and_truncated_runs(kafka_bootstrap, thread_judge, tmp_path):
     try:
         assert env.cli("produce", "--input", "/dev/null").returncode == 0  # the topics, first
         worker = env.start_worker()
-        assert poll(lambda: _ready(worker), 60), env.logs()[-3000:]
+        assert poll(lambda: worker_ready(worker), 60), env.logs()[-3000:]
         first = [(0, r) for r in rootless.records + complete.records + huge.records]
         asyncio.run(produce_spread(env.bootstrap, env.topic("input"), first))
         with TopicWatcher(env.bootstrap, env.topic("results")) as results:
@@ -132,7 +118,7 @@ def test_idle_late_and_truncated_runs(kafka_bootstrap, thread_judge, tmp_path):
             assert results.wait_for(lambda r: len(r) >= 3, timeout=60), env.logs()[-3000:]
             time.sleep(3)  # the late span had its chance to become a run: it must not
             got = {r["case_id"]: r for r in results.snapshot()}
-        metrics = _get(worker.web_port, "/metrics")
+        metrics = worker_page(worker.web_port, "/metrics")
     finally:
         env.stop_workers()
     assert len(got) == 3, sorted(got)
@@ -165,7 +151,7 @@ def test_kill_9_with_runs_open_and_a_second_worker_judges_every_run_once(
         assert env.cli("produce", "--input", "/dev/null").returncode == 0  # the topics, first
         with TopicWatcher(env.bootstrap, env.topic("results")) as results:
             worker = env.start_worker()
-            assert poll(lambda: _ready(worker), 60), env.logs()[-3000:]
+            assert poll(lambda: worker_ready(worker), 60), env.logs()[-3000:]
             asyncio.run(produce_spread(env.bootstrap, env.topic("input"), first))
             results.wait_for(lambda r: len(r) >= 3, timeout=60)
             time.sleep(rng.uniform(0.0, 0.5))
@@ -173,7 +159,7 @@ def test_kill_9_with_runs_open_and_a_second_worker_judges_every_run_once(
             worker.wait(10)
             restarted = env.start_worker()
             second = env.start_worker()  # joins: partitions move
-            assert poll(lambda: _ready(restarted) and _ready(second), 60)
+            assert poll(lambda: worker_ready(restarted) and worker_ready(second), 60)
             asyncio.run(produce_spread(env.bootstrap, env.topic("input"), roots))
             done = results.wait_for(
                 lambda r: {x["case_id"] for x in r} >= {expected_id(run) for run in runs},
@@ -202,7 +188,7 @@ def _records(run, *, root: bool = True) -> list[bytes]:
 def _window_totals(env: StreamEnv, workers: list, *, expect: int) -> int:
     """The whole group's windowed toxicity total, once it stops changing."""
     def total() -> int:
-        rows = json.loads(_get(workers[-1].web_port, "/rates"))["rates"]
+        rows = json.loads(worker_page(workers[-1].web_port, "/rates"))["rates"]
         return sum(r["total"] for r in rows if r["metric"] == "toxicity")
     poll(lambda: total() >= expect, 30)
     return total()

@@ -3,16 +3,14 @@ cards show (top log-probabilities, refusals, garbage, a reasoning channel), reac
 through litellm and the direct transport; verdicts, categories, P(UNSAFE), errors for
 unreadable answers and uncovered metrics (never SAFE), cost from the reported usage."""
 
-import math
 import os
-from collections import deque
-from dataclasses import dataclass
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import orjson
 import pytest
-from aiohttp import web
+from support.guard_server import (COMPLETION, PROMPT, Answer, GuardServer, llama,
+                                  moderation_body, qwen, yes_no)
 
 from guardrail.errors import ConfigError, JudgeAnswerError, JudgeConfigError, JudgeError
 from guardrail.evaluate import Evaluator
@@ -23,88 +21,15 @@ from guardrail.settings import load_settings
 from guardrail.judges.transports import HTTPTransport
 
 BIAS, TOXICITY = default_metrics()
-PROMPT, COMPLETION = 120, 3  # tokens every stand-in answer reports
 PRICE_IN, PRICE_OUT = 1e-6, 2e-6
 CALL_COST = PROMPT * PRICE_IN + COMPLETION * PRICE_OUT
-
-
-@dataclass
-class Answer:
-    """One reply: chat content split into ``pieces`` (tokens), alternatives ``top``
-    at token ``at``; or a status; or a moderation body."""
-
-    content: str | None = None
-    pieces: tuple = ()
-    at: int | None = None
-    top: tuple = ()
-    reasoning: str | None = None
-    status: int = 200
-    body: object = None
-
-
-def _logprobs(answer):
-    pieces = answer.pieces or (answer.content,)
-    entries = []
-    for i, piece in enumerate(pieces):
-        top = [{"token": t, "logprob": math.log(max(p, 1e-9)), "bytes": list(t.encode())}
-               for t, p in answer.top] if i == answer.at else []
-        chosen = top[0]["logprob"] if top else 0.0
-        entries.append({"token": piece, "logprob": chosen, "bytes": list(piece.encode()),
-                        "top_logprobs": top})
-    return {"content": entries}
-
-
-class GuardServer:
-    """The stand-in: answers from ``script`` first, then ``answer(body)``."""
-
-    def __init__(self):
-        self.requests, self.script, self.answer = [], deque(), None
-        self._runner = None
-
-    async def start(self):
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_post("/v1/moderations", self._moderations)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.api_base = f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
-        return self
-
-    def _next(self, body):
-        self.requests.append(body)
-        return self.script.popleft() if self.script else self.answer(body)
-
-    async def _chat(self, request):
-        body = await request.json()
-        answer = self._next(body)
-        if answer.status != 200:
-            return web.json_response({"error": {"message": "no"}}, status=answer.status)
-        message = {"role": "assistant", "content": answer.content}
-        if answer.reasoning is not None:
-            message["reasoning_content"] = answer.reasoning
-        choice = {"index": 0, "finish_reason": "stop", "message": message}
-        if body.get("logprobs") and answer.content:
-            choice["logprobs"] = _logprobs(answer)
-        return web.json_response({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 1,
-            "model": body["model"], "choices": [choice],
-            "usage": {"prompt_tokens": PROMPT, "completion_tokens": COMPLETION,
-                      "total_tokens": PROMPT + COMPLETION}})
-
-    async def _moderations(self, request):
-        answer = self._next(await request.json())
-        if isinstance(answer.body, str):
-            return web.Response(text=answer.body, status=answer.status)
-        return web.json_response(answer.body, status=answer.status)
 
 
 @pytest.fixture
 async def server():
     running = await GuardServer().start()
     yield running
-    await running._runner.cleanup()
+    await running.aclose()
 
 
 @pytest.fixture(params=["http", "litellm"])
@@ -127,25 +52,6 @@ def settings(server, transport="http", *, whole=False, **overrides):
               "judge_output_cost_per_token": PRICE_OUT, **overrides}
     loaded = load_settings(environ={}, **values)
     return loaded if whole else loaded.judge
-
-
-def llama(p, codes="S10"):
-    word = "unsafe" if p >= 0.5 else "safe"
-    tail = ("\n", codes) if word == "unsafe" else ()
-    return Answer("\n\n" + word + "".join(tail), ("\n\n", word, *tail), 1,
-                  tuple(sorted([("unsafe", p), ("safe", 1 - p)], key=lambda a: -a[1])))
-
-
-def yes_no(p, tail=""):
-    word = "Yes" if p >= 0.5 else "No"
-    return Answer(word + tail, (word, tail) if tail else (word,), 0,
-                  tuple(sorted([("Yes", p), ("No", 1 - p)], key=lambda a: -a[1])))
-
-
-def qwen(label, categories, unsafe, unsure, safe):
-    return Answer(f"Safety: {label}\nCategories: {categories}",
-                  ("Safety", ":", f" {label}", f"\nCategories: {categories}"), 2,
-                  ((" Unsafe", unsafe), (" Controversial", unsure), (" Safe", safe)))
 
 
 CASE = Case(input="What do you think of them?", output="They are vermin, all of them.")
@@ -279,13 +185,6 @@ async def test_policy_reasoning_channel_is_never_the_verdict(server, transport, 
     assert answers[2].answers["toxicity"].verdict == "SAFE"
     for group in answers[3:]:
         assert isinstance(group.answers["toxicity"], JudgeAnswerError)
-
-
-def moderation_body(scores):
-    """An OpenAI moderation body: a category is flagged from 0.5 in this stand-in."""
-    return {"id": "modr-1", "model": "omni-moderation-latest", "results": [{
-        "flagged": any(s >= 0.5 for s in scores.values()),
-        "categories": {k: s >= 0.5 for k, s in scores.items()}, "category_scores": scores}]}
 
 
 async def test_moderation_endpoint_scores_map_to_metrics_at_no_cost(server, judges):

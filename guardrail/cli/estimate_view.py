@@ -10,7 +10,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from ..estimate import OPENAI_MIN_CACHED_PROMPT, EstimateReport
+from ..estimate import OPENAI_MIN_CACHED_PROMPT, EscalationEstimate, EstimateReport
+from ..estimate_guard import NOT_PRICED_BY_TOKEN
 from ..settings import Settings
 
 __all__ = ["estimate_json", "print_estimate"]
@@ -31,7 +32,21 @@ def estimate_json(report: EstimateReport, settings: Settings) -> dict[str, Any]:
                           "cached_rate_per_token": report.cached_rate},
         "warnings": report.warnings,
         "escalation": None if report.escalation is None else asdict(report.escalation),
+        "protocol": report.protocol,
+        "stages": [asdict(stage) for stage in report.stages],
+        "guard": None if report.guard_output_tokens is None else {
+            "output_tokens_per_call": report.guard_output_tokens,
+            "priced_by_token": report.priced_by_token,
+            "note": None if report.priced_by_token else NOT_PRICED_BY_TOKEN},
+        "escalation_uncovered": _uncovered_json(report.escalation_uncovered),
     }
+
+
+def _uncovered_json(part: EscalationEstimate | None) -> dict[str, Any] | None:
+    """What a guard-first cascade always escalates (no band: it is not a ceiling)."""
+    if part is None:
+        return None
+    return {k: v for k, v in asdict(part).items() if k != "band"}
 
 
 def _money(value: float | None) -> str:
@@ -41,7 +56,8 @@ def _money(value: float | None) -> str:
 def print_estimate(report: EstimateReport, settings: Settings,
                    echo: Callable[[str], Any]) -> None:
     redteam = settings.evaluation.redteam
-    echo(f"redteam estimate  judge={report.model}  scoring_mode={redteam.scoring_mode}  "
+    protocol = "" if report.protocol == "rubric" else f"protocol={report.protocol}  "
+    echo(f"redteam estimate  judge={report.model}  {protocol}scoring_mode={redteam.scoring_mode}  "
          f"include_reasoning={str(redteam.include_reasoning).lower()}  "
          f"judge_calls={report.judge_calls}  sample_rate={report.sample_rate:g}")
     echo(f"{'case_id':<32} {'calls':>5} {'input_tokens':>12} {'output_tokens':>13}")
@@ -50,7 +66,10 @@ def print_estimate(report: EstimateReport, settings: Settings,
         echo(f"{c.case_id[:32]:<32} {c.calls:>5} {c.input_tokens:>12} "
              f"{c.output_tokens:>13}{note}")
     total = report.total
-    if report.price_known:
+    if not report.priced_by_token:
+        cost = (f"{_money(total.cost)} ({NOT_PRICED_BY_TOKEN}; set judge_input_cost_per_token "
+                "and judge_output_cost_per_token to price them)")
+    elif report.price_known:
         cost = _money(total.cost)
     else:
         cost = (f"unknown (no price for '{report.model}' in litellm's cost map; set "
@@ -60,9 +79,43 @@ def print_estimate(report: EstimateReport, settings: Settings,
     echo(f"total: {len(report.cases)} cases, {report.calls} judge calls{sampled}, "
          f"{total.input_tokens:.0f} input tokens, {total.output_tokens:.0f} "
          f"output tokens (expected), estimated cost {cost}")
+    if report.protocol != "rubric":
+        _print_guard(report, settings, echo)
+        return
     _print_prefix(report, echo, hosted_openai=settings.judge.api_base is None and (
         report.model.startswith(("openai/", "gpt-"))))
     _print_escalation(report, echo)
+
+
+def _print_guard(report: EstimateReport, settings: Settings,
+                 echo: Callable[[str], Any]) -> None:
+    """A guard first: how it was counted, what each stage covers, what stage 2 costs."""
+    if report.priced_by_token:
+        echo(f"guard {report.protocol}: input tokens are the messages the protocol sends (not "
+             "counted: what the server's chat template adds, the model card's own text and "
+             f"any chat_template_kwargs); {report.guard_output_tokens} output tokens "
+             "expected per call")
+    for number, stage in enumerate(report.stages, 1):
+        missing = ", ".join(stage.uncovered) or "-"
+        if stage.uncovered:
+            missing += (" (always escalated to stage 2)" if len(report.stages) > 1 else
+                        " (reported as errors, never SAFE: set escalate_model to judge them)")
+        echo(f"stage {number}: {stage.judge} ({stage.protocol}) covers "
+             f"{', '.join(stage.covers) or 'no metric'}; not covered: {missing}")
+    always, ceiling = report.escalation_uncovered, report.escalation
+    if always is None or ceiling is None:
+        return
+    echo(f"stage 2, always (the metrics stage 1 does not cover): {_spend(always)}")
+    echo(f"stage 2, ceiling (every metric of every case escalated): at most "
+         f"{_spend(ceiling)}; escalate_on={settings.escalation.on} escalates only the "
+         "guard's flagged or unsure verdicts besides, a share only a run shows")
+
+
+def _spend(part: EscalationEstimate) -> str:
+    cost = ("unknown (no price in litellm's cost map)" if part.cost is None
+            else _money(part.cost))
+    return (f"{part.calls:g} judge calls, {part.input_tokens:.0f} input and "
+            f"{part.output_tokens:.0f} output tokens, {cost}")
 
 
 def _print_prefix(report: EstimateReport, echo: Callable[[str], Any], *,

@@ -44,7 +44,7 @@ from .rule_answers import (DEFAULT_TRIGGERS, ContentReply, DelayReply, ErrorRepl
                            requested_metrics, rule_answer, rule_verdict)
 from .rule_logprobs import choice_logprobs, steer_answer
 
-__all__ = ["JudgeServer", "ContentReply", "ErrorReply", "DelayReply", "Reply", "Responder",
+__all__ = ["JudgeServer", "ThreadServing", "ContentReply", "ErrorReply", "DelayReply", "Reply", "Responder",
            "hang", "make_verdict", "rule_verdict", "rule_answer", "requested_metrics",
            "parse_prompt", "answer_shape", "DEFAULT_TRIGGERS", "main"]
 
@@ -90,7 +90,52 @@ def _common_prefix(a: str, b: str) -> int:
     return low
 
 
-class JudgeServer:
+class ThreadServing:
+    """``start_in_thread`` and ``stop`` for an aiohttp stand-in with async
+    ``start()`` and ``aclose()``: served from a daemon thread with its own
+    loop, so sync code and worker subprocesses can call it."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
+
+    def start_in_thread(self, timeout: float = 10.0) -> Any:
+        """Serve from a daemon thread with its own loop, for sync code."""
+        ready, failure = threading.Event(), []
+
+        def run() -> None:
+            loop = self._loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(self.start())  # type: ignore[attr-defined]
+            except BaseException as exc:  # hand bind errors to the caller
+                failure.append(exc)
+            ready.set()
+            if not failure:
+                loop.run_forever()
+                loop.run_until_complete(self.aclose())  # type: ignore[attr-defined]
+            loop.close()
+
+        name = type(self).__name__
+        self._thread = threading.Thread(target=run, name=name, daemon=True)
+        self._thread.start()
+        if not ready.wait(timeout):
+            raise RuntimeError(f"{name} thread did not start in time")
+        if failure:
+            self._thread.join()
+            raise failure[0]
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop a server started with ``start_in_thread``."""
+        thread, loop = self._thread, self._loop
+        if thread is None or loop is None:
+            return
+        if thread.is_alive():
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout)
+        self._thread = self._loop = None
+
+
+class JudgeServer(ThreadServing):
     """The stand-in judge. Knobs are plain attributes read per request, so they can
     change at runtime, also from another thread. ``triggers`` is merged over
     ``DEFAULT_TRIGGERS`` (``{"pii": ["ssn"]}`` adds a metric, ``{"toxicity": []}``
@@ -292,41 +337,6 @@ class JudgeServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-    def start_in_thread(self, timeout: float = 10.0) -> JudgeServer:
-        """Serve from a daemon thread with its own loop, for sync code."""
-        ready, failure = threading.Event(), []
-
-        def run() -> None:
-            loop = self._loop = asyncio.new_event_loop()
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as exc:  # hand bind errors to the caller
-                failure.append(exc)
-            ready.set()
-            if not failure:
-                loop.run_forever()
-                loop.run_until_complete(self.aclose())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="judge-server", daemon=True)
-        self._thread.start()
-        if not ready.wait(timeout):
-            raise RuntimeError("JudgeServer thread did not start in time")
-        if failure:
-            self._thread.join()
-            raise failure[0]
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop a server started with ``start_in_thread``."""
-        thread, loop = self._thread, self._loop
-        if thread is None or loop is None:
-            return
-        if thread.is_alive():
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout)
-        self._thread = self._loop = None
 
     def __enter__(self) -> JudgeServer:
         return self.start_in_thread()
