@@ -1,6 +1,6 @@
 """1. Pipeline ceiling: the judge answers instantly; how fast does the pipeline go?
 
-    python bench/ceiling.py [--messages 20000] [--profile]
+    python bench/ceiling.py [--messages 20000] [--profile] [--set judgment_bundles=false]
 
 The guardrail worker against two baselines on the same kind of topics (same
 partition count, same broker options): a bare Faust pass-through agent and a
@@ -98,14 +98,18 @@ def main() -> int:
     parser.add_argument("--broker", choices=BROKERS, default="embedded",
                         help="the fresh broker: embedded (default) or Apache Kafka")
     parser.add_argument("--experiment", default="", help="patch from bench/worker_exp.py")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a worker setting for every kind, e.g. judgment_bundles=false")
     args = parser.parse_args()
+    settings = dict(pair.split("=", 1) for pair in args.set)
     info = meta()  # load and commit before the run
     info["broker"] = args.bootstrap or broker_label(args.broker)
+    info["settings"] = settings
     with tempfile.TemporaryDirectory() as tmp, \
             running_broker(args.bootstrap, args.broker) as bootstrap, JudgeProc(0) as judge:
         runs = measure(bootstrap, judge.api_base, Path(tmp), args.messages, seconds=args.seconds,
                        profile=args.profile, kinds=tuple(args.kinds.split(",")),
-                       experiment=args.experiment)
+                       experiment=args.experiment, **settings)
     for r in runs.values():
         if r.get("profile"):
             prof.show(r["profile"], f"ceiling {r['kind']}")
