@@ -191,6 +191,11 @@ def build_evaluator(settings: Settings, *, judge: Judge | None = None,
         use_rubrics(evaluator.run_metrics)
         log.info("judge %s (%s): %s", first.model, settings.judge.protocol,
                  first.describe(m.name for m in evaluator.run_metrics))  # type: ignore[attr-defined]
+    if cascade is not None:
+        gets = "the metrics the first stage does not cover, and " if use_rubrics else ""
+        log.info("escalation judge %s (rubric) covers every metric; it gets %sthe first "
+                 "stage's verdicts that escalate_on=%s names", cascade.model, gets,
+                 settings.escalation.on)
     return evaluator
 
 

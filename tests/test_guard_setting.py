@@ -2,6 +2,7 @@
 command and the worker build it from settings; the cascade's second stage stays
 a rubric judge."""
 
+import logging
 import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -215,3 +216,16 @@ async def test_controversial_is_escalated_as_unsure_even_when_the_guard_is_confi
         assert rubric_judge.calls == 1
     tox = {m.name: m for m in metrics.metrics}["toxicity"]
     assert tox.judge_model == "openai/test-judge" and tox.result[0].verdict == "SAFE"
+
+
+async def test_the_startup_log_says_what_each_stage_covers(server, caplog):  # noqa: F811
+    caplog.set_level(logging.INFO, logger="guardrail")
+    settings = _settings(server, escalate_model="openai/big-judge", escalate_on="unsafe")
+    evaluator = build_evaluator(settings)
+    await evaluator.aclose()
+    lines = [r.getMessage() for r in caplog.records if r.name == "guardrail.judge"]
+    assert any("covers bias, toxicity" in line and "not covered:" in line
+               and "goal_drift" in line.split("not covered:")[1] for line in lines), lines
+    assert any(line.startswith("escalation judge openai/big-judge (rubric) covers every metric;"
+                               " it gets the metrics the first stage does not cover, and")
+               and "escalate_on=unsafe" in line for line in lines), lines
