@@ -297,6 +297,19 @@ def test_decide_maps_categories_to_metrics_never_safe_by_default():
         moderation.decide(scored, "pii", judge="j")
 
 
+def test_mistral_2603_categories_decide_illicit_and_jailbreak():
+    moderation = load_category_map("moderation")
+    scored = Moderation().parse(
+        '{"results": [{"categories": {"dangerous": false, "criminal": true, "jailbreaking": false},'
+        ' "category_scores": {"dangerous": 0.2, "criminal": 0.8, "jailbreaking": 0.1}}]}',
+        catalog=moderation.names)
+    illicit = moderation.decide(scored, "illicit", judge="j")
+    assert (illicit.verdict, illicit.probability) == ("UNSAFE", 0.8)
+    assert illicit.violations == ("criminal: Criminal",)
+    jailbreak = moderation.decide(scored, "jailbreak", judge="j")
+    assert (jailbreak.verdict, jailbreak.probability) == ("SAFE", 0.1)
+
+
 def test_overrides_merge_and_bad_maps_name_the_field(tmp_path):
     cmap = load_category_map("llama_guard", override={
         "metrics": {"toxicity": ["S10"], "self_harm": [], "hate_speech": ["S10"]}})
