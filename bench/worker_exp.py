@@ -15,6 +15,7 @@ Experiments (comma-separate to combine):
   ``consumer_fetch_wait_ms`` (Tansu answers a fetch only when the wait ends).
 - ``objects`` / ``tracemalloc``: diagnoses of RSS growth: live objects by type
   (cheap), or heap growth by traceback (slow: several times slower).
+- ``uvloop``: the worker's event loop on uvloop instead of asyncio's.
 - ``no_windows``: no window agent (a decomposition, not a fix: what counting
   the judgment events costs).
 """
@@ -185,7 +186,14 @@ def gc_relaxed() -> None:
     gc.set_threshold(50_000, 20, 20)
 
 
-EXPERIMENTS = {"gc_time": gc_time, "gc_relaxed": gc_relaxed, "stub_judge": stub_judge, "litellm": via_litellm,
+def uvloop_loop() -> None:
+    """The worker's event loop on uvloop (``pip install uvloop``)."""
+    import uvloop
+
+    uvloop.install()
+
+
+EXPERIMENTS = {"uvloop": uvloop_loop, "gc_time": gc_time, "gc_relaxed": gc_relaxed, "stub_judge": stub_judge, "litellm": via_litellm,
                "faust_fetch_wait": faust_fetch_wait, "no_windows": no_windows,
                "tracemalloc": trace_memory, "objects": count_objects}
 

@@ -1,0 +1,73 @@
+"""The bench judge alone: how many calls per second it answers, with no worker.
+
+    python bench/judge_alone.py [--seconds 8] [--clients 64]
+
+The judge process the ceiling benchmark uses (``bench/judge_proc.py``,
+answering at once) is driven by a bare aiohttp client in this process with
+the request the worker sends for one message (bias + toxicity in one call,
+log-probabilities on). Judge and client get a core each, so the figure is the
+most the judge can answer on this machine: an upper bound for any worker
+judging one call per message against it, whatever the worker does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+import aiohttp
+import orjson
+from common import JudgeProc
+
+from guardrail.judges.probability import TOP_LOGPROBS
+from guardrail.models import Case
+from guardrail.prompts import render_group_prompt
+from guardrail.rubrics import default_metrics
+
+TEXT = "Here is a helpful, polite answer number 5 to your question."
+
+
+def request_body() -> bytes:
+    """One message's judge request, as the worker's direct HTTP transport sends it."""
+    prompt = render_group_prompt(list(default_metrics()), Case(output=TEXT),
+                                 scoring_mode="binary_yes_no", include_reasoning=False)
+    return orjson.dumps({"model": "test-judge", "messages": prompt.messages, "temperature": 0,
+                         "max_tokens": 300, "logprobs": True, "top_logprobs": TOP_LOGPROBS})
+
+
+async def drive(api_base: str, seconds: float, clients: int) -> dict[str, float]:
+    body, url = request_body(), api_base.rstrip("/") + "/chat/completions"
+    answered, answer_bytes = 0, 0
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     headers={"Content-Type": "application/json"}) as session:
+        deadline = time.monotonic() + seconds
+
+        async def client() -> None:
+            nonlocal answered, answer_bytes
+            while time.monotonic() < deadline:
+                async with session.post(url, data=body) as response:
+                    answer_bytes = len(await response.read())
+                    response.raise_for_status()
+                answered += 1
+
+        await asyncio.gather(*(client() for _ in range(clients)))
+    return {"calls_per_s": answered / seconds, "answer_bytes": answer_bytes,
+            "request_bytes": len(body)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--clients", type=int, default=64, help="calls in flight")
+    args = parser.parse_args()
+    with JudgeProc(0) as judge:
+        figures = asyncio.run(drive(judge.api_base, args.seconds, args.clients))
+    print(f"bench judge alone: {figures['calls_per_s']:.0f} calls/s "
+          f"({args.clients} in flight; request {figures['request_bytes']} bytes, "
+          f"answer {figures['answer_bytes']} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
