@@ -1,7 +1,7 @@
 """A test double of a newer release's worker: today's code, except that beside
-every judgment event it also writes an event of a kind today's release does
+every judgments record it also writes a record of a kind today's release does
 not know (``probe``, schema version 2) to the judgments topic, as a newer
-release might during a rolling upgrade::
+release might during a rolling upgrade (one beside every judgments record)::
 
     python tests/support/newer_worker.py worker --web-port 6067
 """
@@ -16,19 +16,19 @@ from guardrail.stream.processing import MessageJudge, Outgoing
 
 
 def _with_probes(original):  # type: ignore[no-untyped-def]
-    def events(self, message, source, verdicts):  # type: ignore[no-untyped-def]
-        outgoing = original(self, message, source, verdicts)
+    def bundles(self, events):  # type: ignore[no-untyped-def]
+        outgoing = original(self, events)
         probes = [Outgoing(o.topic, o.key, orjson.dumps({
-            "kind": "probe", "schema_version": 2, "case_id": message.case.case_id,
+            "kind": "probe", "schema_version": 2, "case_ids": [e.case_id for e in events],
             "note": "an event kind of a newer release"}), timestamp_ms=o.timestamp_ms)
             for o in outgoing]
         return outgoing + probes
 
-    return events
+    return bundles
 
 
 if __name__ == "__main__":
-    MessageJudge._events = _with_probes(MessageJudge._events)  # type: ignore[method-assign]
+    MessageJudge._bundles = _with_probes(MessageJudge._bundles)  # type: ignore[method-assign]
     from guardrail.cli import main
 
     sys.argv[0] = "guardrail"
