@@ -381,32 +381,47 @@ def test_a_broker_that_never_answers_gives_up_after_bootstrap_timeout(workdir, s
     assert 2 <= took < 2 + 8  # the timeout, plus the command's start-up
 
 
+def _estimate_here(workdir, server, *args, **env):
+    """``guardrail estimate redteam`` in this process (no interpreter start and
+    litellm import per call), with the environment ``_env`` gives a subprocess."""
+    from click.testing import CliRunner
+
+    from guardrail.cli import cli
+
+    settings = {k: v for k, v in _env(server, **env).items() if k.startswith("GUARDRAIL_")}
+    return CliRunner().invoke(cli, ["estimate", "redteam", "--input",
+                                    str(workdir / "cases.jsonl"), *args], env=settings)
+
+
 def test_estimate_sample_rate_multiplies_calls_and_cost(workdir, server):
     lines = [json.dumps({"case_id": f"c{i}", "output": f"answer number {i}"}) for i in range(4)]
     (workdir / "cases.jsonl").write_text("\n".join(lines))
     runs = {}
     for rate in ("1", "0.25"):
-        proc = _bash(f"guardrail estimate redteam --input cases.jsonl --json --sample-rate {rate} "
-                     "--model openai/gpt-4o-mini", workdir, _env(server))
-        assert proc.returncode == 0, proc.stderr
-        runs[rate] = json.loads(proc.stdout)
+        result = _estimate_here(workdir, server, "--json", "--sample-rate", rate,
+                                "--model", "openai/gpt-4o-mini")
+        assert result.exit_code == 0, result.output
+        runs[rate] = json.loads(result.stdout)
     full, sampled = runs["1"], runs["0.25"]
     assert (full["calls"], sampled["calls"]) == (4, 1)
     assert sampled["sample_rate"] == 0.25
     assert sampled["cost"]["cost"] == pytest.approx(full["cost"]["cost"] / 4)
     assert sampled["cost"]["input_tokens"] == pytest.approx(full["cost"]["input_tokens"] / 4)
     assert sampled["cached_prefix"]["cost"] == pytest.approx(full["cached_prefix"]["cost"] / 4)
-    text = _bash("guardrail estimate redteam --input cases.jsonl --sample-rate 0.25 "
-                 "--model openai/gpt-4o-mini", workdir, _env(server))
-    assert "1 judge calls (a sample of 25% of the cases)" in text.stdout
-    assert "cacheable prefix:" in text.stdout and "estimated range $" in text.stdout
-    assert "OpenAI caches" not in text.stdout  # a self-hosted judge (api_base) caches any size
-    hosted = _bash("guardrail estimate redteam --input cases.jsonl --model openai/gpt-4o-mini",
-                   workdir, _env(server, GUARDRAIL_JUDGE_API_BASE=""))
+    text = _estimate_here(workdir, server, "--sample-rate", "0.25",
+                          "--model", "openai/gpt-4o-mini").stdout
+    assert "1 judge calls (a sample of 25% of the cases)" in text
+    assert "cacheable prefix:" in text and "estimated range $" in text
+    assert "OpenAI caches" not in text  # a self-hosted judge (api_base) caches any size
+    hosted = _estimate_here(workdir, server, "--model", "openai/gpt-4o-mini",
+                            GUARDRAIL_JUDGE_API_BASE="")
     assert "OpenAI caches prompts of 1,024+ tokens only" in hosted.stdout
-    bad = _bash("guardrail estimate redteam --input cases.jsonl --sample-rate 1.5",
-                workdir, _env(server))
-    assert bad.returncode == 2 and "sample-rate" in bad.stderr
+    bad = _estimate_here(workdir, server, "--sample-rate", "1.5")
+    assert bad.exit_code == 2 and "sample-rate" in bad.stderr
+    # The command line as installed parses the same options.
+    proc = _bash("guardrail estimate redteam --input cases.jsonl --json --sample-rate 0.25",
+                 workdir, _env(server))
+    assert proc.returncode == 0 and json.loads(proc.stdout)["calls"] == 1, proc.stderr
 
 
 def test_estimate_warns_when_a_case_exceeds_the_context_window(workdir, server):
