@@ -122,6 +122,57 @@ def test_rebuild_restores_the_book_from_the_table():
     assert fresh.book.spans_held == 4
 
 
+class RecordingTable(dict):
+    """A dict table that counts writes per key kind (``h`` headers, ``s`` spans)."""
+
+    def __init__(self):
+        super().__init__()
+        self.writes = {"h": 0, "s": 0}
+
+    def __setitem__(self, key, value):
+        self.writes[key[0]] += 1
+        super().__setitem__(key, value)
+
+
+def test_a_batch_writes_each_runs_header_once_after_its_spans():
+    run = agent_run(tools=3)
+    runtime = SimpleNamespace(settings=Settings(run_settle_seconds=1), telemetry=Telemetry())
+    table = RecordingTable()
+    assembly = Assembly(RunAssembler(runtime, table, "app-run-spans"), table)
+    spans = _run_spans(run)
+    for value in spans:
+        assembly.send(b"span", run.trace_id, value)
+    assert table.writes == {"h": 0, "s": len(spans)}  # not yet: once, at the batch's end
+    current = []
+    assembly.assembler.write_headers(SimpleNamespace(_set_current_event=current.append))
+    assert table.writes == {"h": 1, "s": len(spans)}
+    assert [e.message.key for e in current] == [run.trace_id.encode()]  # the trace's partition
+    assert RunHeader.from_bytes(table["h/" + run.trace_id].encode()).spans == len(spans)
+
+
+def test_spans_kept_without_their_headers_write_are_counted_and_the_root_still_marks_the_run():
+    """A crash after a batch's span writes reached the changelog but before its
+    header write did: the recovered book counts the spans, and the redelivered
+    batch (duplicates now) still marks the root, so the run is judged complete."""
+    run = agent_run()
+    crashed = _assembly()
+    spans = _run_spans(run)
+    for value in spans:
+        crashed.send(b"span", run.trace_id, value)  # no write_headers: the crash
+    runtime = SimpleNamespace(settings=Settings(run_settle_seconds=1), telemetry=Telemetry())
+    restarted = Assembly(RunAssembler(runtime, crashed.table, "app-run-spans"), crashed.table)
+    restarted.assembler.rebuild()
+    header = restarted.assembler.book.headers[run.trace_id]
+    assert (header.spans, header.root_ms) == (len(spans), None)
+    for value in spans:  # the unacked batch, redelivered
+        restarted.send(b"span", run.trace_id, value)
+    assert header.spans == len(spans) and header.root_ms is not None
+    _age(restarted, run.trace_id, 2)
+    judged, _ = restarted.send(b"tick", run.trace_id)
+    case = orjson.loads(judged.value)
+    assert case["run"]["status"] == "complete" and case["run"]["spans"] == len(spans)
+
+
 def test_caps_truncate_a_run_and_memory_pressure_judges_the_quietest_early():
     run = agent_run(tools=10)  # 22 spans
     assembly = _assembly(run_max_spans=8)

@@ -95,9 +95,15 @@ class RunAssembler:
         self._late_logged: set[str] = set()
         #: When the sweep last ticked each run.
         self._ticked: dict[str, int] = {}
+        #: Headers changed by spans in this batch, with an event of their trace
+        #: (its partition is the header's changelog partition): written once at
+        #: the batch's end (:meth:`write_headers`), not once per span.
+        self._changed: dict[str, Any] = {}
+        self._event: Any = None  # the record being applied
 
     def apply(self, event: Any) -> RawMessage | None:
         """One record; returns the run to judge when it was a tick that closed one."""
+        self._event = event
         message = event.message
         trace = (message.key or b"").decode("ascii", "replace")
         kind = _kind(message.headers)
@@ -113,7 +119,19 @@ class RunAssembler:
         return None
 
     def _write(self, header: RunHeader) -> None:
+        self._changed.pop(header.trace_id, None)
         self.table["h/" + header.trace_id] = header.to_bytes().decode()
+
+    def write_headers(self, stream: Any) -> None:
+        """Write the headers the batch's spans changed, each once, after its
+        spans (a crash in between keeps spans without their header's update,
+        which :meth:`rebuild` and a redelivery make good)."""
+        for trace, event in list(self._changed.items()):
+            header = self.book.headers.get(trace)
+            if header is not None:
+                stream._set_current_event(event)
+                self._write(header)
+        self._changed.clear()
 
     def _span(self, trace: str, value: bytes | None) -> None:
         try:
@@ -123,12 +141,15 @@ class RunAssembler:
             return
         now = _now_ms()
         header = self.book.headers.setdefault(trace, RunHeader.new(trace, now_ms=now))
+        root_ms = header.root_ms
         outcome = self.book.add(header, span, now_ms=now, limits=self.limits,
                                 size=len(value or b""))
         self.telemetry.run_spans.labels(outcome=outcome).inc()
         if outcome == "added":
             self.table[_span_key(trace, span.span_id)] = (value or b"").decode()
-            self._write(header)
+            self._changed[trace] = self._event
+        elif outcome == "duplicate" and header.root_ms != root_ms:
+            self._changed[trace] = self._event  # a redelivered root marked the run
         elif outcome == "dropped" and header.dropped == 1:
             self._write(header)  # truncated from now on: due at the next sweep
         elif outcome == "late":
@@ -204,7 +225,7 @@ class RunAssembler:
             elif kind == "s":
                 trace, _, span_id = rest.partition("/")
                 spans.setdefault(trace, {})[span_id] = len(value)
-        self.book.rebuild(headers, spans)
+        self.book.rebuild(headers, spans, now_ms=_now_ms())
         log.info("agent runs after recovery: %d open, %d spans held",
                  self.book.open_runs, self.book.spans_held)
 
@@ -298,6 +319,7 @@ def register(runtime: WorkerRuntime) -> None:
                     message = assembler.apply(event)
                     if message is not None:
                         due_runs.append(message)
+                assembler.write_headers(stream)
                 stream._set_current_event(None)
                 await acker.submit(list(events), asyncio.ensure_future(judge_runs(due_runs)))
         finally:

@@ -141,6 +141,10 @@ class RunBook:
             return "late"
         ids = self.span_ids.setdefault(header.trace_id, {})
         if span.span_id in ids:
+            # Redelivered after a crash that kept the span but not its header's
+            # last write: the root must still mark the run (else it waits idle).
+            if header.root_ms is None and _is_root(span, ids):
+                header.root_ms = now_ms
             return "duplicate"
         over = len(ids) >= limits.max_spans or header.bytes + size > limits.max_bytes
         if over and span.parent_id is not None:  # the root is kept: the verdict goes on it
@@ -150,7 +154,7 @@ class RunBook:
         header.spans += 1
         header.bytes += size
         header.last_ms = now_ms
-        if span.parent_id is None or (span.kind == "agent" and span.parent_id not in ids):
+        if _is_root(span, ids):
             header.root_ms = now_ms
         return "added"
 
@@ -158,10 +162,25 @@ class RunBook:
         """Drop a run's span index (it was judged); returns the span ids to delete."""
         return list(self.span_ids.pop(trace_id, {}))
 
-    def rebuild(self, headers: dict[str, RunHeader], spans: dict[str, dict[str, int]]) -> None:
+    def rebuild(self, headers: dict[str, RunHeader], spans: dict[str, dict[str, int]], *,
+                now_ms: int) -> None:
+        """The view from a recovered table. A header is written after its spans
+        (once per batch), so a crash can keep spans whose header write was lost:
+        an open run's counts are taken from the spans it holds, and spans
+        without a header get a new one."""
+        for trace, ids in spans.items():
+            header = headers.setdefault(trace, RunHeader.new(trace, now_ms=now_ms))
+            if header.state == "open":
+                header.spans = max(header.spans, len(ids))
+                header.bytes = max(header.bytes, sum(ids.values()))
         self.headers, self.span_ids = headers, spans
 
     def quietest_open(self, count: int) -> list[RunHeader]:
         """The open runs quiet the longest (judged early when memory runs short)."""
         opened = [h for h in self.headers.values() if h.state == "open"]
         return sorted(opened, key=lambda h: h.last_ms)[:count]
+
+
+def _is_root(span: RunSpan, ids: dict[str, int]) -> bool:
+    """A parentless span, or an agent span whose parent is not in the run."""
+    return span.parent_id is None or (span.kind == "agent" and span.parent_id not in ids)
