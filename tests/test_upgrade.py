@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from support.faults import _window_figures, delivery_figures, sample_cases
+from support.faults import _judged, _window_figures, delivery_figures, sample_cases
 from support.harness import StreamEnv, TopicWatcher, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.both_brokers,
@@ -48,7 +48,7 @@ def test_a_newer_workers_unknown_events_are_skipped_and_nothing_is_lost(
             time.sleep(2)
             records = results.snapshot()
         figures = delivery_figures(produced, records)
-        windows = _window_figures(env, today.web_port, 2 * len(records))
+        windows = _window_figures(env, today.web_port, _judged(records))
         health = [_get(w.web_port, "/health")[0] for w in (today, newer)]
         metrics = [_get(w.web_port, "/metrics")[1] for w in (today, newer)]
     finally:
