@@ -71,7 +71,7 @@ def guard_requests(guard: GuardJudge, prompts: Sequence[JudgePrompt],
     per covered metric for a per-metric protocol, else one per prompt. A prompt
     with nothing covered, or no output to judge, sends nothing."""
     requests: list[GuardRequest] = []
-    protocol = guard.protocol
+    protocol, builtin = guard.protocol, guard.builtin_criteria
     for prompt in prompts:
         covered, _ = guard.covered(prompt.metrics)
         if not covered:
@@ -83,8 +83,6 @@ def guard_requests(guard: GuardJudge, prompts: Sequence[JudgePrompt],
         if not protocol.per_metric:
             requests.append(protocol.request(source))
             continue
-        # The guard's own rule for a pre-baked criterion (Granite Guardian's ids).
-        builtin = guard._builtin()
         requests.extend(protocol.request(source, rubrics.get(m), builtin.get(m))
                         for m in covered)
     return requests

@@ -22,7 +22,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.faults import delivery_figures
-from support.guard_server import Answer, GuardServer, ThreadedGuardServer, llama
+from support.guard_server import Answer, GuardServer, llama
 from support.harness import StreamEnv, TopicWatcher, poll, produce, worker_page, worker_ready
 
 from guardrail.evaluate import build_evaluator
@@ -226,7 +226,7 @@ def test_guard_then_rubric_on_the_worker_counts_exact_and_kill_9_loses_nothing(
         apache_kafka_bootstrap, rubric, tmp_path):
     kafka_bootstrap = apache_kafka_bootstrap
     first, second = traffic("a", 2), traffic("b", 14)
-    with ThreadedGuardServer(answer=guard_answer) as guard:
+    with GuardServer(answer=guard_answer) as guard:
         env = StreamEnv(kafka_bootstrap, guard.api_base, tmp_path, batch_size=5,
                         **cascade_settings(rubric.api_base, "unsure"))
         try:

@@ -99,16 +99,14 @@ class RunAssembler:
         #: (its partition is the header's changelog partition): written once at
         #: the batch's end (:meth:`write_headers`), not once per span.
         self._changed: dict[str, Any] = {}
-        self._event: Any = None  # the record being applied
 
     def apply(self, event: Any) -> RawMessage | None:
         """One record; returns the run to judge when it was a tick that closed one."""
-        self._event = event
         message = event.message
         trace = (message.key or b"").decode("ascii", "replace")
         kind = _kind(message.headers)
         if kind == b"span":
-            self._span(trace, message.value)
+            self._span(trace, event)
         elif kind == b"tick":
             return self._tick(trace, message)
         elif kind == b"done":
@@ -133,7 +131,8 @@ class RunAssembler:
                 self._write(header)
         self._changed.clear()
 
-    def _span(self, trace: str, value: bytes | None) -> None:
+    def _span(self, trace: str, event: Any) -> None:
+        value = event.message.value
         try:
             span = RunSpan.from_bytes(value or b"")
         except ValueError as exc:
@@ -147,9 +146,9 @@ class RunAssembler:
         self.telemetry.run_spans.labels(outcome=outcome).inc()
         if outcome == "added":
             self.table[_span_key(trace, span.span_id)] = (value or b"").decode()
-            self._changed[trace] = self._event
+            self._changed[trace] = event
         elif outcome == "duplicate" and header.root_ms != root_ms:
-            self._changed[trace] = self._event  # a redelivered root marked the run
+            self._changed[trace] = event  # a redelivered root marked the run
         elif outcome == "dropped" and header.dropped == 1:
             self._write(header)  # truncated from now on: due at the next sweep
         elif outcome == "late":

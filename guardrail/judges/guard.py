@@ -185,7 +185,7 @@ class GuardJudge:
             covered, _ = self.categories.covered(names)
         else:
             known = {m.name for m in items if isinstance(m, MetricRubric)} | set(self._rubrics)
-            known |= set(self._builtin())
+            known |= set(self.builtin_criteria)
             covered = tuple(n for n in names if n in known)
         # A guard is given the conversation only: a metric that reads more (an
         # agent run's trajectory, a context) cannot be judged by it, never SAFE.
@@ -208,7 +208,9 @@ class GuardJudge:
         return (f"guard {self.model} ({self.protocol.name}) covers "
                 f"{', '.join(shown) or 'no metric'}; not covered: {', '.join(uncovered) or '-'}")
 
-    def _builtin(self) -> Mapping[str, str]:
+    @property
+    def builtin_criteria(self) -> Mapping[str, str]:
+        """Metric → a pre-baked criterion id the model takes (Granite Guardian's), else none."""
         takes = isinstance(self.protocol, YesNo) and self.protocol.takes_criteria_ids
         return self.categories.builtin if takes else {}
 
@@ -284,7 +286,7 @@ class GuardJudge:
     async def _ask_metric(self, source: GuardInput, metric: str,
                           rubric: MetricRubric | None) -> _Outcome:
         """One call for one metric, its rubric (or pre-baked criterion) as the policy."""
-        criterion = self._builtin().get(metric)
+        criterion = self.builtin_criteria.get(metric)
         usage = Usage()
         try:
             verdict = await self._ask(self.protocol.request(source, rubric, criterion), usage)

@@ -44,8 +44,8 @@ from .rule_answers import (DEFAULT_TRIGGERS, ContentReply, DelayReply, ErrorRepl
                            requested_metrics, rule_answer, rule_verdict)
 from .rule_logprobs import choice_logprobs, steer_answer
 
-__all__ = ["JudgeServer", "ThreadServing", "ContentReply", "ErrorReply", "DelayReply", "Reply", "Responder",
-           "hang", "make_verdict", "rule_verdict", "rule_answer", "requested_metrics",
+__all__ = ["JudgeServer", "ThreadServing", "ContentReply", "ErrorReply", "DelayReply", "Reply",
+           "Responder", "hang", "make_verdict", "rule_verdict", "rule_answer", "requested_metrics",
            "parse_prompt", "answer_shape", "DEFAULT_TRIGGERS", "main"]
 
 log = logging.getLogger(__name__)
@@ -91,12 +91,32 @@ def _common_prefix(a: str, b: str) -> int:
 
 
 class ThreadServing:
-    """``start_in_thread`` and ``stop`` for an aiohttp stand-in with async
-    ``start()`` and ``aclose()``: served from a daemon thread with its own
-    loop, so sync code and worker subprocesses can call it."""
+    """The lifecycle of an aiohttp stand-in whose ``start()`` sets ``_runner``:
+    ``await aclose()`` / ``async with`` on the running loop, or
+    ``start_in_thread()`` / ``stop()`` / ``with`` from a daemon thread with its
+    own loop, so sync code and worker subprocesses can call it."""
 
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
+    _runner: web.AppRunner | None = None
+
+    async def aclose(self) -> None:
+        """Stop serving; in-flight calls get a short grace period, then are cancelled."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def __aenter__(self) -> Any:
+        return await self.start()  # type: ignore[attr-defined]
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> Any:
+        return self.start_in_thread()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def start_in_thread(self, timeout: float = 10.0) -> Any:
         """Serve from a daemon thread with its own loop, for sync code."""
@@ -326,23 +346,6 @@ class JudgeServer(ThreadServing):
         self._runner = runner
         return self
 
-    async def aclose(self) -> None:
-        """Stop serving; in-flight calls get a short grace period, then are cancelled."""
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
-
-    async def __aenter__(self) -> JudgeServer:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def __enter__(self) -> JudgeServer:
-        return self.start_in_thread()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 async def _serve(args: argparse.Namespace) -> None:

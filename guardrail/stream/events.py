@@ -74,9 +74,8 @@ KIND, SCHEMA_VERSION = "judgment", 1
 BUNDLE_KIND = "judgments"
 
 
-def _known(data: dict[str, Any], *, kind: str = KIND) -> None:
+def _known(data: dict[str, Any], *, expected: str = KIND) -> None:
     """Raise :class:`UnknownEvent` for kinds, versions and statuses of a newer release."""
-    expected = kind
     kind, version = data.get("kind", expected), data.get("schema_version", SCHEMA_VERSION)
     if not isinstance(kind, str) or not _is_int(version):
         raise MalformedEvent(f"kind must be a string and schema_version an integer, "
@@ -224,7 +223,7 @@ def decode_events(raw: bytes | None) -> tuple[list[JudgmentEvent], list[ValueErr
         data = _loads(raw, "judgments record")
         if not (isinstance(data, dict) and data.get("kind") == BUNDLE_KIND):
             return [JudgmentEvent.from_dict(data)], []
-        _known(data, kind=BUNDLE_KIND)
+        _known(data, expected=BUNDLE_KIND)
         items = data.get("events")
         if not isinstance(items, list):
             raise MalformedEvent(f"a judgments bundle needs a list of events, "

@@ -12,7 +12,7 @@ In async tests, on the test's loop::
 
 For worker subprocesses (sync code), served from a thread with its own loop::
 
-    with ThreadedGuardServer(answer=lambda body: llama(0.1)) as guard:
+    with GuardServer(answer=lambda body: llama(0.1)) as guard:
         env = StreamEnv(bootstrap, guard.api_base, tmp_path, judge_protocol="llama_guard")
 
 Replies come from ``script`` first, then ``answer(body)``. Every reply reports
@@ -35,7 +35,7 @@ from aiohttp import web
 
 from guardrail.local.rule_judge import ThreadServing
 
-__all__ = ["Answer", "GuardServer", "ThreadedGuardServer", "llama", "yes_no", "qwen",
+__all__ = ["Answer", "GuardServer", "llama", "yes_no", "qwen",
            "moderation_body", "PROMPT", "COMPLETION"]
 
 PROMPT, COMPLETION = 120, 3  # tokens every answer reports unless ``usage`` says otherwise
@@ -71,9 +71,10 @@ def _fixed_usage(body: dict, answer: Answer) -> tuple[int, int]:
     return PROMPT, COMPLETION
 
 
-class GuardServer:
-    """The stand-in, served on the running loop: ``await start()``, ``await aclose()``
-    (or ``async with``)."""
+class GuardServer(ThreadServing):
+    """The stand-in: on the running loop (``async with``, or ``await start()`` and
+    ``await aclose()``), or from a thread of its own for sync code and worker
+    subprocesses (``with``)."""
 
     def __init__(self, answer: Callable[[dict], Answer] | None = None) -> None:
         self.script: deque[Answer] = deque()
@@ -100,17 +101,6 @@ class GuardServer:
         await web.TCPSite(self._runner, "127.0.0.1", 0).start()
         self.api_base = f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
         return self
-
-    async def aclose(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
-
-    async def __aenter__(self) -> GuardServer:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     async def _next(self, body: dict) -> Answer:
         with self._lock:
@@ -146,17 +136,6 @@ class GuardServer:
         if isinstance(answer.body, str):
             return web.Response(text=answer.body, status=answer.status)
         return web.json_response(answer.body, status=answer.status)
-
-
-class ThreadedGuardServer(ThreadServing, GuardServer):
-    """The stand-in served from a daemon thread with its own loop, for sync code and
-    worker subprocesses: ``with ThreadedGuardServer(answer) as guard:``."""
-
-    def __enter__(self) -> ThreadedGuardServer:
-        return self.start_in_thread()  # type: ignore[no-any-return]
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 # --- answers as the model cards show them -----------------------------------------
