@@ -21,6 +21,7 @@ judge never sees the Kafka password)::
     settings.review      # ReviewSettings: review queue, labels topic, agreement alerts
     settings.escalation  # EscalationSettings (guardrail.judges.cascade): escalate_model, band, ...
     settings.runs        # RunSettings (guardrail.runs): agent runs from OTLP spans
+    settings.sessions    # SessionSettings (guardrail.sessions): conversations judged whole
 
 Every setting also has one flat name, the name users write: ``judge_model``,
 ``input_topic``, ``window_seconds`` … (:data:`FLAT_NAMES`). Flat names work as
@@ -51,12 +52,14 @@ from .judges.cascade import EscalationSettings
 from .formats.settings import InputSettings
 from .review.settings import ReviewSettings
 from .runs.settings import RunSettings
+from .sessions.settings import SessionSettings
 from ._config_file import read_config_file
 from .errors import ConfigError
 
 __all__ = ["Settings", "JudgeSettings", "EvaluationSettings", "KafkaSettings", "WorkerSettings",
            "WindowSettings", "AlertRule", "SamplingSettings", "InputSettings", "ReviewSettings",
-           "SampleRule", "EscalationSettings", "RunSettings", "load_settings", "settings_env", "env_text",
+           "SampleRule", "EscalationSettings", "RunSettings", "SessionSettings", "load_settings",
+           "settings_env", "env_text",
            "read_config_file", "ENV_PREFIX", "FLAT_NAMES", "DEFAULT_CACHE_PATH"]
 
 ENV_PREFIX = "GUARDRAIL_"
@@ -77,6 +80,7 @@ _GROUPS: dict[str, tuple[type[BaseModel], str]] = {
     "review": (ReviewSettings, ""),
     "escalation": (EscalationSettings, "escalate_"),
     "runs": (RunSettings, ""),
+    "sessions": (SessionSettings, ""),
 }
 
 #: Flat name → (group, field): ``judge_model`` → ``("judge", "model")``.
@@ -84,7 +88,7 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
     prefix + field: (group, field)
     for group, (model, prefix) in _GROUPS.items() for field in model.model_fields}
 _SECRETS = ("judge_api_key", "escalate_api_key", "sasl_password")
-_LIST_FIELDS = {"group_labels"}
+_LIST_FIELDS = {"group_labels", "session_association_keys"}
 _JSON_FIELDS = {"redteam", "alert_rules", "sample_rules", "verdict_thresholds",
                 "judge_protocol_options", "judge_guard_categories",
                 "input_mapping", "otlp_labels"}
@@ -124,6 +128,7 @@ class Settings(BaseModel):
     review: ReviewSettings = ReviewSettings()
     escalation: EscalationSettings = EscalationSettings()
     runs: RunSettings = RunSettings()
+    sessions: SessionSettings = SessionSettings()
 
     @model_validator(mode="before")
     @classmethod

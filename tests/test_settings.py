@@ -86,6 +86,14 @@ OLD_NAMES = {
     "run_memory_bytes": ("runs", "run_memory_bytes"),
     "trajectory_max_chars": ("runs", "trajectory_max_chars"),
     "tool_result_max_chars": ("runs", "tool_result_max_chars"),
+    "session_judging": ("sessions", "session_judging"),
+    "session_judge_every": ("sessions", "session_judge_every"),
+    "session_idle_seconds": ("sessions", "session_idle_seconds"),
+    "session_max_turns": ("sessions", "session_max_turns"),
+    "session_max_bytes": ("sessions", "session_max_bytes"),
+    "session_memory_bytes": ("sessions", "session_memory_bytes"),
+    "session_max_chars": ("sessions", "session_max_chars"),
+    "session_association_keys": ("sessions", "session_association_keys"),
 }
 
 #: A value for each old name that differs from its default, as an environment string.
@@ -145,6 +153,14 @@ SAMPLE_ENV = {
     "run_memory_bytes": "5000000",
     "trajectory_max_chars": "4000",
     "tool_result_max_chars": "500",
+    "session_judging": "false",
+    "session_judge_every": "1",
+    "session_idle_seconds": "60",
+    "session_max_turns": "20",
+    "session_max_bytes": "50000",
+    "session_memory_bytes": "5000000",
+    "session_max_chars": "5000",
+    "session_association_keys": "chat_id,session_id",
 }
 
 

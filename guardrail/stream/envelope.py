@@ -144,6 +144,12 @@ class InputMessage:
     #: An agent run's summary (agent, version, spans, tool calls, models,
     #: status) when the case is a whole run (:func:`guardrail.runs.run_case`).
     run: dict[str, Any] | None = None
+    #: The conversation id the turn carries (``conversation_id`` of a case, a
+    #: span's ``gen_ai.conversation.id`` / ``session.id`` …): its session.
+    session_id: str | None = None
+    #: A session's summary (id, turns, traces, times, status, trigger) when the
+    #: case is a whole session judged at once (:mod:`guardrail.sessions`).
+    session: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
