@@ -184,7 +184,7 @@ def test_caps_truncate_a_run_and_memory_pressure_judges_the_quietest_early():
     book = RunBook()
     quiet, busy = RunHeader.new("a" * 32, now_ms=0), RunHeader.new("b" * 32, now_ms=5)
     book.headers = {quiet.trace_id: quiet, busy.trace_id: busy}
-    assert book.quietest_open(1) == [quiet]
+    assert book.quietest_open()[:1] == [(quiet.trace_id, quiet)]
 
 
 @pytest.mark.parametrize("root_ms, quiet_s, expected", [

@@ -20,18 +20,18 @@ spans' own timestamps: settle and idle measure quiet on the stream.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 import orjson
 
+from ..assembly import AddOutcome, Book, State
 from .spans import RunSpan
 
-__all__ = ["RunHeader", "RunLimits", "RunBook", "RunStatus", "AddOutcome", "due",
+__all__ = ["RunHeader", "RunLimits", "RunBook", "RunStatus", "AddOutcome", "due", "recount",
            "FORGET_AFTER_MIN_SECONDS"]
 
 RunStatus = Literal["complete", "idle", "truncated"]
-AddOutcome = Literal["added", "duplicate", "late", "dropped"]
 #: A closed run is remembered at least this long (late spans are counted, not
 #: judged as runs of their own), and at least twice the idle time.
 FORGET_AFTER_MIN_SECONDS = 3600.0
@@ -56,7 +56,7 @@ class RunHeader:
     """What the run table keeps about a run besides its spans (one changelog value)."""
 
     trace_id: str
-    state: Literal["open", "closing", "closed"] = "open"
+    state: State = "open"
     first_ms: int = 0
     last_ms: int = 0
     #: When a root span arrived (a parentless span, or an outermost agent span).
@@ -110,27 +110,21 @@ def due(header: RunHeader, *, now_ms: int, limits: RunLimits) -> RunStatus | Non
     return None
 
 
-@dataclass
-class RunBook:
+class RunBook(Book[RunHeader]):
     """The worker's in-memory view of its open runs: headers and span ids per
-    trace (the table holds the same; this answers "which spans" without a scan).
+    trace (see :class:`~guardrail.assembly.Book`)."""
 
-    Rebuilt from the table after every recovery (:meth:`rebuild`)."""
-
-    headers: dict[str, RunHeader] = field(default_factory=dict)
-    span_ids: dict[str, dict[str, int]] = field(default_factory=dict)
+    @property
+    def span_ids(self) -> dict[str, dict[str, int]]:
+        return self.item_ids
 
     @property
     def open_runs(self) -> int:
-        return sum(h.state != "closed" for h in self.headers.values())
+        return self.open_count
 
     @property
     def spans_held(self) -> int:
-        return sum(len(ids) for ids in self.span_ids.values())
-
-    @property
-    def bytes_held(self) -> int:
-        return sum(sum(ids.values()) for ids in self.span_ids.values())
+        return self.items_held
 
     def add(self, header: RunHeader, span: RunSpan, *, now_ms: int, limits: RunLimits,
             size: int) -> AddOutcome:
@@ -139,7 +133,7 @@ class RunBook:
         if header.state != "open":
             header.late += 1
             return "late"
-        ids = self.span_ids.setdefault(header.trace_id, {})
+        ids = self.item_ids.setdefault(header.trace_id, {})
         if span.span_id in ids:
             # Redelivered after a crash that kept the span but not its header's
             # last write: the root must still mark the run (else it waits idle).
@@ -158,27 +152,11 @@ class RunBook:
             header.root_ms = now_ms
         return "added"
 
-    def forget_spans(self, trace_id: str) -> list[str]:
-        """Drop a run's span index (it was judged); returns the span ids to delete."""
-        return list(self.span_ids.pop(trace_id, {}))
 
-    def rebuild(self, headers: dict[str, RunHeader], spans: dict[str, dict[str, int]], *,
-                now_ms: int) -> None:
-        """The view from a recovered table. A header is written after its spans
-        (once per batch), so a crash can keep spans whose header write was lost:
-        an open run's counts are taken from the spans it holds, and spans
-        without a header get a new one."""
-        for trace, ids in spans.items():
-            header = headers.setdefault(trace, RunHeader.new(trace, now_ms=now_ms))
-            if header.state == "open":
-                header.spans = max(header.spans, len(ids))
-                header.bytes = max(header.bytes, sum(ids.values()))
-        self.headers, self.span_ids = headers, spans
-
-    def quietest_open(self, count: int) -> list[RunHeader]:
-        """The open runs quiet the longest (judged early when memory runs short)."""
-        opened = [h for h in self.headers.values() if h.state == "open"]
-        return sorted(opened, key=lambda h: h.last_ms)[:count]
+def recount(header: RunHeader, ids: dict[str, int]) -> None:
+    """An open run's counts from the spans the recovered table holds."""
+    header.spans = max(header.spans, len(ids))
+    header.bytes = max(header.bytes, sum(ids.values()))
 
 
 def _is_root(span: RunSpan, ids: dict[str, int]) -> bool:
