@@ -13,6 +13,8 @@ until SIGTERM. Each piece lives in its own module:
   DLQ, offsets acked only after the broker acknowledged every output.
 - :mod:`.run_assembly` — spans of AI agents' runs → one judged case per run
   (``otlp`` input with ``agent_runs``).
+- :mod:`.session_assembly` — turns with a conversation id → session judgments
+  (``session_judging``); both on the one assembler of :mod:`.assembly`.
 - :mod:`.windows` — judgments topic → tumbling windowed counts → alerts.
 - :mod:`.sampling` — which messages are judged, and the judge budget.
 - :mod:`.web` — ``/rates``, ``/health``, ``/metrics``.
@@ -40,7 +42,8 @@ from ..stream.processing import MessageJudge
 from ..stream.telemetry import Telemetry
 from ..formats.otlp import OtlpDecoder
 from ..runs.routing import RunRouter
-from . import agreement, dashboard, judging, review, run_assembly, sampling, web, windows
+from . import (agreement, dashboard, judging, review, run_assembly, sampling, session_assembly,
+               web, windows)
 from .runtime import GuardrailApp, WorkerRuntime
 from .transport import GuardrailFaustApp
 
@@ -115,6 +118,9 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
     if runs_assembled(settings):
         telemetry.expect_metrics(m.name for m in getattr(evaluator, "run_metrics", ()))
         run_assembly.register(runtime)
+    if session_assembly.sessions_assembled(settings):
+        telemetry.expect_metrics(m.name for m in getattr(evaluator, "session_metrics", ()))
+        session_assembly.register(runtime)
     windows.register(runtime)
     agreement.register(runtime)  # review on: /agreement, its gauges and alerts
     web.register(runtime)
@@ -134,11 +140,16 @@ def runs_assembled(settings: Settings) -> bool:
 
 
 def _run_options(settings: Settings) -> dict[str, object]:
-    """The judging agent's decoder and topic for spans of agent runs, when on."""
-    if not runs_assembled(settings):
-        return {}
-    return {"decoder": OtlpDecoder(labels=settings.inputs.otlp_labels, runs=RunRouter()),
-            "run_spans_topic": run_assembly.run_spans_topic(settings.kafka.app_id)}
+    """The judging agent's decoder and topics for spans of agent runs and turns
+    of sessions, when on."""
+    options: dict[str, object] = {}
+    if session_assembly.sessions_assembled(settings):
+        options["session_turns_topic"] = session_assembly.session_turns_topic(
+            settings.kafka.app_id)
+    if runs_assembled(settings):
+        options["decoder"] = OtlpDecoder(labels=settings.inputs.otlp_labels, runs=RunRouter())
+        options["run_spans_topic"] = run_assembly.run_spans_topic(settings.kafka.app_id)
+    return options
 
 
 def _alerts_sender(app: faust.App, settings: Settings) -> Sender:

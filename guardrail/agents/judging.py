@@ -229,6 +229,8 @@ def output_topics(runtime: WorkerRuntime, judge: MessageJudge) -> dict[str, Any]
         outputs.append(s.review.review_topic)
     if judge.run_spans_topic is not None:  # spans of agent runs, to assemble
         outputs.append(judge.run_spans_topic)
+    if judge.session_turns_topic is not None:  # turns of sessions, to assemble
+        outputs.append(judge.session_turns_topic)
     return {name: runtime.app.topic(name, **RAW_TOPIC) for name in outputs}
 
 

@@ -41,15 +41,17 @@ class RunAssembler(Assembler):
         self.limits = self.gathering.limits  # type: ignore[attr-defined]
 
 
-def assembled_judge(runtime: WorkerRuntime) -> MessageJudge:
+def assembled_judge(runtime: WorkerRuntime, *, session_turns: bool = True) -> MessageJudge:
     """A message judge for the cases an assembler makes (runs, sessions): the
-    worker's evaluator, sampling, budget, review and exporter, reading case JSON."""
+    worker's evaluator, sampling, budget, review and exporter, reading case JSON;
+    a run is a turn of its session too (``session_turns``), a session is not."""
     main, s = runtime.message_judge, runtime.settings
     return MessageJudge(main.evaluator, worker=s.worker, kafka=s.kafka, windows=s.windows,
                         telemetry=main.telemetry, sampler=main.sampler, budget=main.budget,
                         decoder=CaseDecoder(),
                         conversation_max_chars=s.inputs.conversation_max_chars,
-                        exporter=main.exporter, review=main.review)
+                        exporter=main.exporter, review=main.review,
+                        session_turns_topic=main.session_turns_topic if session_turns else None)
 
 
 def register(runtime: WorkerRuntime) -> None:

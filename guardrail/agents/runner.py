@@ -25,6 +25,7 @@ from ..kafka.topics import ensure_topics, review_topics, topic_plan
 from ..settings import JudgeSettings
 from .app import runs_assembled
 from .run_assembly import run_spans_topic
+from .session_assembly import session_turns_topic, sessions_assembled
 from .runtime import WorkerRuntime
 
 __all__ = ["run_worker", "GuardrailWorker", "settle_heap"]
@@ -133,10 +134,11 @@ def run_worker(runtime: WorkerRuntime, *, loglevel: str = "info") -> None:
     """Create/verify topics, then run the worker in the foreground."""
     settings = runtime.settings
     review = review_topics(settings.kafka, settings.review)
-    # The run-spans topic is co-partitioned with the run table's changelog.
-    runs = ({run_spans_topic(settings.kafka.app_id): settings.kafka.topic_partitions}
-            if runs_assembled(settings) else {})
-    plan = {**topic_plan(settings.kafka), **runs}
+    # The run-spans and session-turns topics are co-partitioned with their tables' changelogs.
+    internal = {name: settings.kafka.topic_partitions for name, on in (
+        (run_spans_topic(settings.kafka.app_id), runs_assembled(settings)),
+        (session_turns_topic(settings.kafka.app_id), sessions_assembled(settings))) if on}
+    plan = {**topic_plan(settings.kafka), **internal}
     asyncio.run(ensure_topics(settings.kafka, {**plan, **review}, strict=frozenset(plan),
                               compacted=frozenset({settings.review.labels_topic} & set(review))))
     log.info("guardrail worker: %s -> %s (dlq %s, alerts %s), judge %s",

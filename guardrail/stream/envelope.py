@@ -280,6 +280,7 @@ def message_from_case(data: dict[str, Any], source: Source | None, *,
                       if data.get("timestamp") is not None else None)
         trace = _trace(data["trace"]) if data.get("trace") is not None else trace
         run = _run(data.get("run"))
+        session = _block(data.get("session_block"), "session_block")
     except ValidationError as exc:
         return BadInput(f"invalid case: {describe_validation(exc)}")
     except ValueError as exc:
@@ -290,15 +291,19 @@ def message_from_case(data: dict[str, Any], source: Source | None, *,
         case = case.model_copy(
             update={"case_id": default_case_id(source.key, source.coordinates)})
     return InputMessage(case=case, metadata=metadata, event_time_ms=event_time, trace=trace,
-                        run=run)
+                        run=run, session=session)
 
 
 def _run(value: Any) -> dict[str, Any] | None:
+    return _block(value, "run (agent, agent_version, spans, tool_calls, models, status)")
+
+
+def _block(value: Any, what: str) -> dict[str, Any] | None:
+    """A summary block a case carries through (a run's, a session's)."""
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise ValueError("run must be an object (agent, agent_version, spans, tool_calls, "
-                         "models, status)")
+        raise ValueError(f"{what} must be an object")
     return value
 
 
@@ -355,6 +360,8 @@ def result_record(message: InputMessage, metrics: RedteamMetrics, source: Source
         record["trace"] = message.trace
     if message.run is not None:
         record["run"] = message.run
+    if message.session is not None:
+        record["session"] = message.session
     return record
 
 

@@ -47,6 +47,7 @@ from .envelope import (DEFAULT_CONVERSATION_CHARS, BadInput, DecodedRecord, Head
                        result_record)
 from .events import JudgmentEvent, Status, encode_bundle
 from .sampling import Sampler
+from .session_turns import TURN_HEADERS, counts_in_windows, turn_record_value, window_labels
 from .tally import JudgeTally
 from .telemetry import Telemetry
 
@@ -105,12 +106,15 @@ class MessageJudge:
                  conversation_max_chars: int = DEFAULT_CONVERSATION_CHARS,
                  exporter: ResultExporter | None = None,
                  review: ReviewSettings | None = None,
-                 run_spans_topic: str | None = None,
+                 run_spans_topic: str | None = None, session_turns_topic: str | None = None,
                  budgets: dict[str, int] | None = None) -> None:
         self.evaluator = evaluator
         #: Where spans of agent runs go, keyed by trace id, to be assembled
         #: (:mod:`guardrail.agents.run_assembly`); None: runs are off.
         self.run_spans_topic = run_spans_topic
+        #: Where turns of sessions go, keyed by session id, after their own
+        #: judgment (:mod:`.session_turns`); None: sessions are off.
+        self.session_turns_topic = session_turns_topic
         #: The review queue's settings when it is on: chosen results also go
         #: to ``review.review_topic`` (guardrail.review.selection).
         self.review = review
@@ -179,12 +183,22 @@ class MessageJudge:
         next_verdict = iter(verdicts)
         events: list[JudgmentEvent] = []
         for (raw, source, msg), take in zip(good, chosen):
-            if take:
-                outgoing.extend(self._records(raw, source, msg, next(next_verdict), events))
-            else:
-                events.extend(self._not_sampled(source, msg))
+            verdict = next(next_verdict) if take else None
+            outgoing.extend(self._records(raw, source, msg, verdict, events) if take
+                            else self._not_sampled(source, msg, events))
+            outgoing.extend(self._turn(source, msg, verdict))
         outgoing.extend(self._bundles(events))
         return outgoing
+
+    def _turn(self, source: Source, message: InputMessage,
+              verdict: RedteamMetrics | None) -> list[Outgoing]:
+        """A case with a conversation id as a turn of its session (acked after it, as spans)."""
+        if not (self.session_turns_topic and message.session_id) or message.session is not None:
+            return []
+        self.telemetry.session_turns.labels(outcome="forwarded").inc()
+        value = turn_record_value(message, verdict, event_ms=_event_ms(source, message))
+        return [Outgoing(self.session_turns_topic, message.session_id.encode(), value,
+                         headers=TURN_HEADERS)]
 
     def _decode(self, batch: list[RawMessage]) -> tuple[list[Case3], list[Outgoing]]:
         """The batch's valid cases in input order, and DLQ records for the rest."""
@@ -235,14 +249,15 @@ class MessageJudge:
         factor = 1.0 if self.budget is None else self.budget.factor
         return [self.sampler.decide(msg, source, factor) for _, source, msg in good]
 
-    def _not_sampled(self, source: Source, message: InputMessage) -> list[JudgmentEvent]:
-        """No result, only a ``not_sampled`` event per metric (the windows' seen)."""
+    def _not_sampled(self, source: Source, message: InputMessage,
+                     events: list[JudgmentEvent]) -> list[Outgoing]:
+        """No record, only a ``not_sampled`` event per metric (the windows' seen)."""
         self.not_sampled += 1
         self.telemetry.messages.labels(outcome="not_sampled").inc()
-        if not self.emit_judgments:
-            return []
-        names = [m.name for m in self.evaluator.effective_config(message.case).metrics]
-        return self._events(message, source, [(n, "not_sampled", ()) for n in names])
+        if self.emit_judgments and counts_in_windows(message):
+            names = [m.name for m in self.evaluator.effective_config(message.case).metrics]
+            events.extend(self._events(message, source, [(n, "not_sampled", ()) for n in names]))
+        return []
 
     async def _judge(self, message: InputMessage) -> RedteamMetrics:
         started = time.perf_counter()
@@ -319,7 +334,7 @@ class MessageJudge:
                                  event_time_ms=event_ms)
         if self.review is not None:
             records.extend(self._review(message, metrics, event_ms))
-        if self.emit_judgments:
+        if self.emit_judgments and counts_in_windows(message):
             events.extend(self._events(message, source, [
                 (m.name, "error" if m.error else ("unsafe" if m.unsafe else "safe"),
                  tuple(m.result[0].evidence_spans[:3]) if m.unsafe else ())
@@ -343,29 +358,14 @@ class MessageJudge:
 
     def _count(self, metrics: RedteamMetrics, metadata: dict[str, str]) -> None:
         self.tally.add(metrics)
-        t = self.telemetry
-        t.messages.labels(outcome="judged").inc()
-        group = t.groups.group_of(metadata)
-        for m in metrics.metrics:
-            verdict = "error" if m.error else ("unsafe" if m.unsafe else "safe")
-            t.groups.count(m.name, verdict, group)
-            t.dropped_spans.inc(m.dropped_spans)
-            t.cache_hits.inc(m.cached)
-            t.tokens.labels(direction="input").inc(m.input_tokens)
-            t.tokens.labels(direction="output").inc(m.output_tokens)
-            t.cached_tokens.inc(m.cached_tokens)
-            if m.cost is None:
-                t.unpriced.inc()
-            else:
-                t.cost.inc(m.cost)
-            if self.evaluator.cascade is not None:  # who decided: first stage or second
-                stage = "escalated" if m.judge_model == self.evaluator.cascade.model else "first"
-                t.stage_judgments.labels(stage=stage, verdict=verdict).inc()
+        cascade = self.evaluator.cascade
+        self.telemetry.count_judged(metrics, metadata,
+                                    escalation_model=cascade.model if cascade else None)
 
     def _events(self, message: InputMessage, source: Source,
                 verdicts: list[tuple[str, Status, tuple[str, ...]]]) -> list[JudgmentEvent]:
         """Judgment events, one per (metric, status, evidence spans)."""
-        labels = group_labels(message.metadata, self.windows.group_labels)
+        labels = window_labels(message, group_labels(message.metadata, self.windows.group_labels))
         event_ms = _event_ms(source, message)
         return [JudgmentEvent(metric=metric, group=labels, status=status,
                               case_id=message.case.case_id, event_time_ms=event_ms,

@@ -63,9 +63,12 @@ __all__ = ["sample_point", "is_sampled", "sample_id", "Sampler", "VersionQuota",
            "DictStore"]
 
 def sample_id(message: InputMessage, source: Source) -> str:
-    """The id a message is sampled by: an agent run's trace id (the whole run is
-    in or out), else its case_id (decoding already applied the key /
+    """The id a message is sampled by: a session judgment's session id (each
+    judgment of a session is in or out with it), an agent run's trace id (the
+    whole run is in or out), else its case_id (decoding already applied the key /
     coordinates rule to a case without one)."""
+    if message.session is not None and message.session.get("id"):
+        return str(message.session["id"])
     if message.run is not None and message.trace is not None:
         return message.trace["trace_id"]
     return message.case.case_id or source.coordinates

@@ -10,11 +10,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram,
                                generate_latest)
 
 from .group_series import GROUP_LABELS, GroupSeries
+
+if TYPE_CHECKING:
+    from ..models import RedteamMetrics
 
 __all__ = ["Telemetry", "CONTENT_TYPE_LATEST"]
 
@@ -134,6 +138,19 @@ class Telemetry:
                                     "of this worker", registry=r)
         self.open_run_bytes = Gauge("guardrail_open_run_bytes", "Bytes of spans held by the "
                                     "open runs of this worker", registry=r)
+        # Sessions (guardrail.agents.session_assembly).
+        self.session_turns = Counter("guardrail_session_turns", "Turns of sessions, by "
+                                     "outcome (forwarded to assembly, added to a session, "
+                                     "duplicate)", ["outcome"], registry=r)
+        self.session_judgments = Counter("guardrail_session_judgments", "Session judgments "
+                                         "started, by trigger (every_n, turn_flagged, idle, "
+                                         "resumed)", ["trigger"], registry=r)
+        self.open_sessions = Gauge("guardrail_open_sessions", "Sessions held on this worker "
+                                   "(open or being judged)", registry=r)
+        self.open_session_turns = Gauge("guardrail_open_session_turns", "Turns held by the "
+                                        "sessions of this worker", registry=r)
+        self.open_session_bytes = Gauge("guardrail_open_session_bytes", "Bytes of turns held "
+                                        "by the sessions of this worker", registry=r)
 
         # Known label values exist from the start, at 0: Prometheus only sees an
         # increase between two scrapes of a series, so a series born at its first
@@ -150,6 +167,10 @@ class Telemetry:
             self.run_spans.labels(outcome=outcome)
         for outcome in ("complete", "idle", "truncated", "late_span"):
             self.runs.labels(outcome=outcome)
+        for outcome in ("forwarded", "added", "duplicate"):
+            self.session_turns.labels(outcome=outcome)
+        for trigger in ("every_n", "turn_flagged", "idle", "resumed"):
+            self.session_judgments.labels(trigger=trigger)
         self.effective_sample_rate.set(1.0)
 
     def expect_metrics(self, names: Iterable[str]) -> None:
@@ -159,6 +180,28 @@ class Telemetry:
         self.groups.expect_metrics(names)  # per group, from its first count
         for name in names:
             self.alerts.labels(metric=name)
+
+    def count_judged(self, metrics: RedteamMetrics, metadata: dict[str, str], *,
+                     escalation_model: str | None = None) -> None:
+        """Count one judged case: its verdicts per group, tokens, cost, cache hits,
+        and with a cascade (``escalation_model``) which stage decided."""
+        self.messages.labels(outcome="judged").inc()
+        group = self.groups.group_of(metadata)
+        for m in metrics.metrics:
+            verdict = "error" if m.error else ("unsafe" if m.unsafe else "safe")
+            self.groups.count(m.name, verdict, group)
+            self.dropped_spans.inc(m.dropped_spans)
+            self.cache_hits.inc(m.cached)
+            self.tokens.labels(direction="input").inc(m.input_tokens)
+            self.tokens.labels(direction="output").inc(m.output_tokens)
+            self.cached_tokens.inc(m.cached_tokens)
+            if m.cost is None:
+                self.unpriced.inc()
+            else:
+                self.cost.inc(m.cost)
+            if escalation_model is not None:  # who decided: first stage or second
+                stage = "escalated" if m.judge_model == escalation_model else "first"
+                self.stage_judgments.labels(stage=stage, verdict=verdict).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,0 +1,48 @@
+"""The session assembler: turns of conversations in, session judgments out.
+
+The judging agent (and the run assembler, for agent runs) sends every judged
+case that carries a conversation id, after its own judgment, to the internal
+topic ``<app_id>-session-turns`` keyed by the session id
+(:mod:`guardrail.stream.session_turns`); the generic assembler
+(:mod:`.assembly`) keeps each session in the table ``sessions``
+(``h/<session>`` its header, ``t/<session>/<turn>`` each turn) with the rules
+of :class:`guardrail.sessions.gathering.SessionGathering`: a turn is added once,
+the session is judged every ``session_judge_every`` turns, at once when a turn
+was flagged, once more when it goes quiet (closed), and again when it resumes
+(records marked by the header ``guardrail-session``: ``turn``, ``tick``, ``done``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..sessions.gathering import SessionGathering
+from ..settings import Settings
+from .assembly import register_assembly
+from .run_assembly import assembled_judge
+
+if TYPE_CHECKING:
+    from .runtime import WorkerRuntime
+
+__all__ = ["register", "session_turns_topic", "SESSION_TABLE", "sessions_assembled"]
+
+SESSION_TABLE = "sessions"
+
+
+def session_turns_topic(app_id: str) -> str:
+    """The internal topic of sessions' turns, ticks and done records."""
+    return f"{app_id}-session-turns"
+
+
+def sessions_assembled(settings: Settings) -> bool:
+    """Are turns that carry a conversation id gathered into sessions?"""
+    return settings.sessions.session_judging
+
+
+def register(runtime: WorkerRuntime) -> None:
+    """Add the session table, the assembling agent and its sweep (``session_judging``)."""
+    gathering = SessionGathering(runtime.settings.sessions, runtime.telemetry)
+    runtime.state["session_assembler"] = register_assembly(
+        runtime, gathering, topic_name=session_turns_topic(runtime.settings.kafka.app_id),
+        table_name=SESSION_TABLE, agent_name="guardrail.sessions",
+        judge=assembled_judge(runtime, session_turns=False))
