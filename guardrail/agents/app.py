@@ -38,7 +38,7 @@ from ..stream.budget import check_budget_prices
 from ..stream.otel_export import evaluation_exporter
 from ..stream.processing import MessageJudge
 from ..stream.telemetry import Telemetry
-from ..formats.otlp import OtlpDecoder
+from ..formats import build_decoder
 from ..runs.routing import RunRouter
 from . import agreement, dashboard, judging, review, run_assembly, sampling, web, windows
 from .runtime import GuardrailApp, WorkerRuntime
@@ -137,7 +137,7 @@ def _run_options(settings: Settings) -> dict[str, object]:
     """The judging agent's decoder and topic for spans of agent runs, when on."""
     if not runs_assembled(settings):
         return {}
-    return {"decoder": OtlpDecoder(labels=settings.inputs.otlp_labels, runs=RunRouter()),
+    return {"decoder": build_decoder(settings.inputs, settings.sessions, runs=RunRouter()),
             "run_spans_topic": run_assembly.run_spans_topic(settings.kafka.app_id)}
 
 
