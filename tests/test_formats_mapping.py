@@ -119,7 +119,7 @@ def test_undecodable_bytes():
     ({"output": 3}, "input_mapping: output: the expression must be a string, got a number"),
     ({"outptu": "text"}, "input_mapping: 'outptu' is not a case field (allowed: case_id, "
                          "output, input, context, reference, messages, trajectory, timestamp, "
-                         "metadata.<label>)"),
+                         "conversation_id, metadata.<label>)"),
     ({"output": "text", "redteam": "rt"}, "input_mapping: 'redteam' is not a case field"),
     ({"output": "text", "metadata.": "x"}, "input_mapping: 'metadata.' names no label"),
     ({"input": "prompt"}, "input_mapping: map output or messages (the text to judge); "

@@ -40,7 +40,7 @@ from ..stream.budget import check_budget_prices
 from ..stream.otel_export import evaluation_exporter
 from ..stream.processing import MessageJudge
 from ..stream.telemetry import Telemetry
-from ..formats.otlp import OtlpDecoder
+from ..formats import build_decoder
 from ..runs.routing import RunRouter
 from . import (agreement, dashboard, judging, review, run_assembly, sampling, session_assembly,
                web, windows)
@@ -147,7 +147,7 @@ def _run_options(settings: Settings) -> dict[str, object]:
         options["session_turns_topic"] = session_assembly.session_turns_topic(
             settings.kafka.app_id)
     if runs_assembled(settings):
-        options["decoder"] = OtlpDecoder(labels=settings.inputs.otlp_labels, runs=RunRouter())
+        options["decoder"] = build_decoder(settings.inputs, settings.sessions, runs=RunRouter())
         options["run_spans_topic"] = run_assembly.run_spans_topic(settings.kafka.app_id)
     return options
 

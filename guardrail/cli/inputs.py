@@ -101,12 +101,12 @@ def _decoding(settings: Settings) -> Decode:
 def _decoder(settings: Settings) -> InputDecoder:
     """The worker's decoder: with ``otlp`` input and agent runs on, one that takes the
     spans of agent runs out of the records (as ``run_spans``) instead of judging them."""
+    runs = None
     if settings.inputs.input_format == "otlp" and settings.runs.agent_runs:
-        from ..formats.otlp import OtlpDecoder
         from ..runs.routing import RunRouter
 
-        return OtlpDecoder(labels=settings.inputs.otlp_labels, runs=RunRouter())
-    return build_decoder(settings.inputs)
+        runs = RunRouter()
+    return build_decoder(settings.inputs, settings.sessions, runs=runs)
 
 
 def _file_records(path: Path, settings: Settings, decode: Decode

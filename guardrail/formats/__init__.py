@@ -3,7 +3,7 @@
 Pure decoding, no Kafka: the stream (:mod:`guardrail.stream.envelope`), the
 batch commands and ``guardrail inputs check`` all go through one decoder::
 
-    decoder = build_decoder(settings.inputs)           # from input_format / input_mapping
+    decoder = build_decoder(settings.inputs, settings.sessions)   # input_format, input_mapping
     decoded = decoder.decode(raw_bytes, {"content-type": b"application/x-protobuf"})
     for case in decoded.cases: ...                     # dicts in the case schema
     decoded.skipped                                    # {"no_genai_span": 1}
@@ -21,25 +21,32 @@ Formats:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .base import Decoded, Headers, InputDecoder, Notice, UndecodableRecord, load_json
 from .case import CaseDecoder
 
 if TYPE_CHECKING:
+    from ..sessions.settings import SessionSettings
     from ..settings import InputSettings
 
 __all__ = ["Decoded", "Headers", "InputDecoder", "Notice", "UndecodableRecord", "load_json",
            "CaseDecoder", "build_decoder"]
 
 
-def build_decoder(inputs: InputSettings) -> InputDecoder:
+def build_decoder(inputs: InputSettings, sessions: SessionSettings | None = None, *,
+                  runs: Any = None) -> InputDecoder:
     """The decoder ``inputs.input_format`` names (a bad ``input_mapping`` raises
-    :class:`~guardrail.errors.ConfigError` here, at startup)."""
+    :class:`~guardrail.errors.ConfigError` here, at startup). For ``otlp``:
+    ``sessions.session_association_keys`` are the OpenLLMetry association
+    properties read as a conversation id (their default without ``sessions``),
+    and ``runs`` a :class:`~guardrail.runs.routing.RunRouter` when agent runs are
+    assembled (their spans then come out as ``run_spans``)."""
     if inputs.input_format == "otlp":
         from .otlp import OtlpDecoder
 
-        return OtlpDecoder(labels=inputs.otlp_labels)
+        keys = sessions.session_association_keys if sessions is not None else None
+        return OtlpDecoder(labels=inputs.otlp_labels, runs=runs, association_keys=keys)
     if inputs.input_format == "openai":
         from .openai import OpenAIDecoder
 

@@ -11,17 +11,23 @@ The mapping names, for each case field, the JMESPath expression
     # [{"output": "Hi", "input": "Hello?", "metadata": {"model_version": "v2"}}]
 
 Case fields: ``case_id``, ``output``, ``input``, ``context``, ``reference``,
-``messages``, ``timestamp`` and ``metadata.<label>``; ``output`` or
-``messages`` must be mapped. Every expression is compiled when the decoder is
-built: a bad one, an unknown function or an unknown field raises
-:class:`~guardrail.errors.ConfigError` (one line naming the field).
+``messages``, ``trajectory``, ``timestamp``, ``conversation_id`` and
+``metadata.<label>``; ``output`` or ``messages`` must be mapped. Every
+expression is compiled when the decoder is built: a bad one, an unknown
+function or an unknown field raises :class:`~guardrail.errors.ConfigError`
+(one line naming the field).
 
 In a record, a mapped field whose expression finds nothing (or null) sends the
 record to the DLQ naming the field, and so does a value of the wrong type:
 ``output``, ``input`` and ``reference`` must be strings, ``context`` a string
 or an array of strings, ``messages`` an array; ``case_id`` and labels may be
 strings, numbers or booleans (written as text); ``timestamp`` a number or an
-ISO-8601 string.
+ISO-8601 string. ``conversation_id`` (the conversation the event is a turn of)
+is the one field that may find nothing: the event is then judged as a turn of
+no conversation; found, it must be a string or a number (checked further as
+:func:`guardrail.formats.case.conversation_id` says)::
+
+    MappingDecoder({"output": "reply.text", "conversation_id": "chat.thread"})
 
 The mapping comes from ``input_mapping`` in a config file or the JSON text of
 ``GUARDRAIL_INPUT_MAPPING``; :func:`parse_mapping` reads either.
@@ -45,7 +51,10 @@ __all__ = ["MappingDecoder", "parse_mapping", "CASE_FIELDS", "METADATA_PREFIX"]
 
 #: Case fields an expression can fill (besides ``metadata.<label>``).
 CASE_FIELDS = ("case_id", "output", "input", "context", "reference", "messages", "trajectory",
-               "timestamp")
+               "timestamp", "conversation_id")
+#: Fields whose expression may find nothing: a turn without a conversation is
+#: still a turn to judge, not a record to send to the DLQ.
+_OPTIONAL = frozenset({"conversation_id"})
 METADATA_PREFIX = "metadata."
 _ALLOWED = ", ".join(CASE_FIELDS) + ", metadata.<label>"
 
@@ -155,7 +164,7 @@ def _convert(field: str, value: Any) -> Any:
         return value if ok else None
     if field == "messages":
         return value if isinstance(value, list) else None
-    if field == "timestamp":
+    if field in ("timestamp", "conversation_id"):
         ok = isinstance(value, (int, float, str)) and not isinstance(value, bool)
         return value if ok else None
     return _scalar_text(value)  # case_id and metadata labels
@@ -163,7 +172,8 @@ def _convert(field: str, value: Any) -> Any:
 
 _WANTED = {"output": "a string", "input": "a string", "reference": "a string",
            "context": "a string or an array of strings", "messages": "an array of messages",
-           "timestamp": "a number or an ISO-8601 string"}
+           "timestamp": "a number or an ISO-8601 string",
+           "conversation_id": "a string or a number"}
 
 
 class MappingDecoder:
@@ -188,6 +198,8 @@ class MappingDecoder:
         case: dict[str, Any] = {}
         for field, compiled in self._compiled.items():
             value = self._find(field, compiled, record)
+            if value is None:  # an optional field that found nothing
+                continue
             if field.startswith(METADATA_PREFIX):
                 case.setdefault("metadata", {})[field[len(METADATA_PREFIX):]] = value
             else:
@@ -201,6 +213,8 @@ class MappingDecoder:
         except jmes_errors.JMESPathError as exc:  # e.g. a function given the wrong type
             raise UndecodableRecord(f"{where} failed: {str(exc).splitlines()[0]}") from None
         if found is None:
+            if field in _OPTIONAL:
+                return None
             raise UndecodableRecord(f"{where} found nothing")
         value = _convert(field, found)
         if value is None:

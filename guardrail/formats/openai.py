@@ -23,6 +23,10 @@ Every choice is a case::
 - ``metadata``: ``model`` (the response's, else the request's), then the
   stored-completion ``metadata`` of the request and the response, then the
   record's own labels, each winning over the ones before.
+- ``conversation_id`` (the conversation the call is a turn of): the record's
+  top-level ``conversation_id``, else ``conversation_id`` among the labels
+  above (the record's ``metadata``, or the stored-completion ``metadata``);
+  see :func:`guardrail.formats.case.conversation_id`.
 
 The request's messages pass through as logged, tool calls with their
 arguments and ``role: tool`` results included: an agent loop's log gives its
@@ -172,4 +176,6 @@ class OpenAIDecoder:
             base["timestamp"] = timestamp
         if messages:
             base["messages"] = messages
+        if record.get("conversation_id") is not None:  # else the labels' one, if any
+            base["conversation_id"] = record["conversation_id"]
         return base

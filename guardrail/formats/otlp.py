@@ -41,6 +41,11 @@ service names the attribute and what is wrong with it, see
 :mod:`.otlp_content`) or ``tool_calls`` (the answer is tool calls only). A
 record without any GenAI span counts ``no_genai_span: 1``; other spans beside
 GenAI ones (HTTP, database …) are ignored and counted nowhere.
+
+**Conversations.** A case carries ``conversation_id`` when its span, or another
+span of its trace, names the conversation it is a turn of (attributes and order
+in :mod:`.otlp_conventions`, traces remembered across records in
+:mod:`.otlp_sessions`); so does a span of an agent run (``RunSpan.conversation_id``).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from .base import Decoded, Headers, Notice, UndecodableRecord
 from .otlp_content import Unreadable, unreadable_notice
 from .otlp_attributes import DEFAULT_LABELS, _attributes, _label_values, _trace
+from .otlp_sessions import TraceConversations
 from .otlp_wire import request_from_bytes, request_from_json
 from .otlp_conventions import Exchange, SpanEvent, is_genai, read_exchange
 
@@ -78,13 +84,15 @@ class OtlpDecoder:
     ``labels`` maps a metadata label to attribute names, tried in order, each
     on the span first and then on its resource; the first present wins. It
     extends :data:`DEFAULT_LABELS` and overrides a label named in both.
+    ``association_keys`` are the OpenLLMetry association properties read as a
+    conversation id (``session_association_keys``; its default when None).
     """
 
     name = "otlp"
     many_per_record = True
 
     def __init__(self, labels: Mapping[str, Sequence[str]] | None = None, *,
-                 runs: Any = None) -> None:
+                 runs: Any = None, association_keys: Sequence[str] | None = None) -> None:
         merged = dict(DEFAULT_LABELS)
         for label, names in (labels or {}).items():
             merged[str(label)] = (names,) if isinstance(names, str) else tuple(map(str, names))
@@ -92,6 +100,8 @@ class OtlpDecoder:
         #: With a :class:`guardrail.runs.routing.RunRouter`, spans of agent runs
         #: come out as ``run_spans`` (not judged span by span).
         self.runs = runs
+        #: Each span's conversation id, remembered per trace across records.
+        self.conversations = TraceConversations(association_keys)
 
     def decode(self, raw: bytes, headers: Headers) -> Decoded:
         return self._decoded(request_from_bytes(raw, headers))
@@ -113,14 +123,19 @@ class OtlpDecoder:
         notices: dict[str, Notice] = {}  # by key: one per service and kind
         genai_spans = 0
         spans = list(_spans_of(request))
+        ids = self.conversations.resolve([(s[0].trace_id.hex(), s[1]) for s in spans])
+        for entry, conversation_id in zip(spans, ids):
+            entry.append(conversation_id)
         run_spans = self._run_spans(spans)
-        for span, attrs, resource, _scope in spans:
+        for span, attrs, resource, _scope, conversation_id in spans:
             if span is None:  # claimed by a run
                 continue
             if not is_genai(attrs, (e.name for e in span.events)):
                 continue
             genai_spans += 1
             outcome, unreadable = self._span_case(span, attrs, resource)
+            if isinstance(outcome, dict) and conversation_id is not None:
+                outcome["conversation_id"] = conversation_id
             notice = _span_notice(outcome, _service(resource), unreadable)
             if notice is not None:
                 notices.setdefault(notice.key, notice)
@@ -139,14 +154,15 @@ class OtlpDecoder:
         in the record claims the earlier spans of its trace too."""
         if self.runs is None:
             return []
-        for span, attrs, _resource, scope in spans:
+        for span, attrs, _resource, scope, _conversation in spans:
             self.runs.see(span.trace_id.hex(), attrs, scope)
         taken = []
         for entry in spans:
-            span, attrs, resource, scope = entry
+            span, attrs, resource, scope, conversation_id = entry
             if self.runs.claims(span.trace_id.hex()):
                 entry[0] = None
-                run_span = self.runs.read(span, attrs, resource, scope, self.labels)
+                run_span = self.runs.read(span, attrs, resource, scope, self.labels,
+                                          conversation_id=conversation_id)
                 if run_span is not None:
                     taken.append(run_span)
         return taken
@@ -185,7 +201,8 @@ class OtlpDecoder:
 
 
 def _spans_of(request: ExportTraceServiceRequest) -> Any:
-    """``[span, attributes, resource attributes, scope name]`` of every span."""
+    """``[span, attributes, resource attributes, scope name]`` of every span (a list:
+    the decoder appends the span's conversation id, and a run claims its span)."""
     for resource_spans in request.resource_spans:
         resource = _attributes(resource_spans.resource.attributes)
         for scope_spans in resource_spans.scope_spans:

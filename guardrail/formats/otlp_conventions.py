@@ -34,6 +34,12 @@ wins; its conversation comes with it):
 Content an instrumentation hid (OpenInference's ``_REDACTED__``) counts as
 absent. Content there that cannot be read (JSON that is not, or not of the
 convention's shape) is told apart from it: see :mod:`.otlp_content`.
+
+The conversation a span is a turn of (:func:`span_conversation_id`), the first
+present of :func:`conversation_id_attributes`: ``gen_ai.conversation.id`` (OTel
+GenAI), ``session.id`` (OpenInference), ``langfuse.session.id``, OpenLLMetry's
+``traceloop.association.properties.<key>`` per association key, then LangSmith's
+metadata ``langsmith.metadata.{session_id,conversation_id,thread_id}``.
 """
 
 from __future__ import annotations
@@ -44,10 +50,12 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
+from .case import conversation_id_text
 from .otlp_content import REDACTED, ContentReading, Exchange, Unreadable, exchange_of, text_of
 
 __all__ = ["Exchange", "SpanEvent", "is_genai", "read_exchange", "NOT_INFERENCE_OPERATIONS",
-           "text_of"]
+           "text_of", "conversation_id_attributes", "span_conversation_id",
+           "DEFAULT_ASSOCIATION_KEYS"]
 
 Attrs = Mapping[str, Any]
 
@@ -69,6 +77,45 @@ _DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 _MESSAGE_EVENTS = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
                    "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
 _GENAI_EVENTS = frozenset({_DETAILS_EVENT, "gen_ai.choice", "gen_ai.content.completion"})
+
+
+#: Conversation id attributes read before OpenLLMetry's association properties.
+#: Langfuse reads ``langfuse.session.id`` first, but a span that carries the
+#: OTel or OpenInference name was tagged by its instrumentation on purpose.
+_CONVERSATION_ATTRIBUTES = ("gen_ai.conversation.id", "session.id", "langfuse.session.id")
+_ASSOCIATION_PREFIX = "traceloop.association.properties."
+#: LangSmith's OTel export writes run metadata as ``langsmith.metadata.<key>``
+#: (langsmith-sdk ``_otel_exporter``); its threads are keyed by these metadata keys.
+#: ``langsmith.trace.session_id`` is the tracing project, not a conversation.
+_LANGSMITH_THREAD_KEYS = ("session_id", "conversation_id", "thread_id")
+#: OpenLLMetry association keys read when none are given: the default of the
+#: ``session_association_keys`` setting (not imported from it: the settings
+#: import the judging core, which imports formats; a test keeps the two equal).
+DEFAULT_ASSOCIATION_KEYS: tuple[str, ...] = ("session_id", "conversation_id")
+
+
+def conversation_id_attributes(association_keys: Sequence[str] = DEFAULT_ASSOCIATION_KEYS,
+                               ) -> tuple[str, ...]:
+    """The attribute names a span's conversation id is read from, in order::
+
+        conversation_id_attributes(["chat_id"])
+        # ('gen_ai.conversation.id', 'session.id', 'langfuse.session.id',
+        #  'traceloop.association.properties.chat_id', 'langsmith.metadata.session_id', …)
+    """
+    return (*_CONVERSATION_ATTRIBUTES,
+            *(_ASSOCIATION_PREFIX + key for key in association_keys),
+            *(f"langsmith.metadata.{key}" for key in _LANGSMITH_THREAD_KEYS))
+
+
+def span_conversation_id(attrs: Attrs, names: Sequence[str]) -> str | None:
+    """The first of ``names`` on the span with an id (a non-empty string or a
+    number, as text, trimmed); None when none has. Empty values are passed over:
+    Pydantic AI writes ``gen_ai.conversation.id: ""`` on runs without one."""
+    for name in names:
+        found = conversation_id_text(attrs.get(name))
+        if found is not None:
+            return found
+    return None
 
 
 @dataclass(frozen=True)

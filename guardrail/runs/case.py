@@ -9,10 +9,13 @@
     case["metadata"]    # {'model': 'gpt-4o', 'agent': 'mail-assistant', 'agent_version': '4', …}
     case["run"]         # {'agent': 'mail-assistant', 'agent_version': '4', 'spans': 9,
                         #  'tool_calls': 3, 'models': ['gpt-4o'], 'status': 'complete'}
+    case["conversation_id"]   # 'chat-7' when a span of the run names its conversation
 
 The request is the last user turn of the root agent span's input, else of the first
 model call's input (earlier user turns there are history). The final answer is the
-root agent span's answer, else the text of the model turn that ended last.
+root agent span's answer, else the text of the model turn that ended last. A run
+is one turn of the conversation the root names, else the first span (by start)
+that names one.
 """
 
 from __future__ import annotations
@@ -79,8 +82,13 @@ def run_case(spans: Sequence[RunSpan], *, status: Literal["complete", "idle", "t
                 "tool_calls": sum(step.kind == "tool_call" for step in steps),
                 "models": sorted({s.labels["model"] for s in llms if s.labels.get("model")}),
                 "status": status},
+        "conversation_id": _conversation_id(root, ordered),
     }
     return {key: value for key, value in case.items() if value is not None}
+
+
+def _conversation_id(root: RunSpan, ordered: Sequence[RunSpan]) -> str | None:
+    return next((s.conversation_id for s in (root, *ordered) if s.conversation_id), None)
 
 
 def _last_user(span: RunSpan) -> str | None:

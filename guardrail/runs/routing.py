@@ -52,6 +52,8 @@ class RunRouter:
 
     @staticmethod
     def read(span: Any, attrs: Mapping[str, Any], resource: Mapping[str, Any],
-             scope_name: str, labels: Mapping[str, Sequence[str]]) -> RunSpan | None:
+             scope_name: str, labels: Mapping[str, Sequence[str]], *,
+             conversation_id: str | None = None) -> RunSpan | None:
         """A claimed span as a :class:`~.spans.RunSpan` (None: its ids are invalid)."""
-        return read_run_span(span, dict(attrs), dict(resource), scope_name, labels)
+        return read_run_span(span, dict(attrs), dict(resource), scope_name, labels,
+                             conversation_id=conversation_id)

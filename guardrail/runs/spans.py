@@ -6,6 +6,7 @@ once from OTLP, with nothing of the protobuf left (so it travels as compact JSON
         span.kind            # 'agent' | 'tool' | 'llm' | 'other'
         span.tool_name, span.tool_arguments, span.tool_result      # tool spans
         span.messages, span.output, span.tool_calls                # llm (and agent) spans
+        span.conversation_id     # 'chat-7': the conversation the run is a turn of, or None
         RunSpan.from_bytes(span.to_bytes()) == span                # True
 
     run_signal({"gen_ai.operation.name": "invoke_agent"}, "")    # True: an agent span
@@ -33,6 +34,7 @@ import orjson
 
 from ..formats.otlp_attributes import DEFAULT_LABELS, _attributes, _label_values, _trace
 from ..formats.otlp_conventions import SpanEvent, is_genai, read_exchange
+from ..formats.otlp_sessions import TraceConversations
 from .span_reading import (agent_answer, agent_request, as_text, legacy_exchange,
                            merged_events, requested_calls, semconv_turns, text_turns,
                            tool_call_of)
@@ -98,6 +100,10 @@ class RunSpan:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: The id that ties a tool span to the call the model asked for (``gen_ai.tool.call.id``).
     tool_call_id: str | None = None
+    #: The conversation the span's trace is a turn of (its own attributes' or its
+    #: trace's: :class:`~guardrail.formats.otlp_sessions.TraceConversations`).
+    #: Absent from spans written before sessions: None.
+    conversation_id: str | None = None
 
     def to_bytes(self) -> bytes:
         """Compact JSON, without the fields at their defaults."""
@@ -141,7 +147,7 @@ def _checked(data: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(data[key], int) or isinstance(data[key], bool):
             raise ValueError(f"run span: {key} must be an integer")
     for key in ("name", "agent_name", "agent_version", "tool_name", "tool_arguments",
-                "tool_result", "tool_call_id", "output"):
+                "tool_result", "tool_call_id", "output", "conversation_id"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise ValueError(f"run span: {key} must be a string")
     checked = dict(data)
@@ -235,10 +241,12 @@ def _agent_version(attrs: Mapping[str, Any], resource: Mapping[str, Any],
 
 
 def read_run_span(span: Any, attrs: dict[str, Any], resource: dict[str, Any], scope_name: str,
-                  labels: Mapping[str, Sequence[str]] = DEFAULT_LABELS) -> RunSpan | None:
+                  labels: Mapping[str, Sequence[str]] = DEFAULT_LABELS, *,
+                  conversation_id: str | None = None) -> RunSpan | None:
     """``span`` (an ``opentelemetry.proto.trace.v1`` Span) as a :class:`RunSpan`;
     None when its ids are invalid. ``attrs`` and ``resource`` are its attributes and
-    its resource's, unwrapped; ``labels`` as :class:`~guardrail.formats.otlp.OtlpDecoder`'s."""
+    its resource's, unwrapped; ``labels`` as :class:`~guardrail.formats.otlp.OtlpDecoder`'s;
+    ``conversation_id`` as the decoder resolved it for the span."""
     ids = _trace(span.trace_id, span.span_id)
     if ids is None:
         return None
@@ -258,7 +266,7 @@ def read_run_span(span: Any, attrs: dict[str, Any], resource: dict[str, Any], sc
         name=span.name, kind=kind, start_ns=span.start_time_unix_nano,
         end_ns=span.end_time_unix_nano or span.start_time_unix_nano,
         agent_name=agent_name, agent_version=agent_version, labels=found,
-        **_content(kind, attrs, events, span.name))
+        conversation_id=conversation_id, **_content(kind, attrs, events, span.name))
 
 
 def _content(kind: SpanKind, attrs: Mapping[str, Any], events: Sequence[SpanEvent],
@@ -286,12 +294,15 @@ def _content(kind: SpanKind, attrs: Mapping[str, Any], events: Sequence[SpanEven
 
 def run_spans_of(request: Any, labels: Mapping[str, Sequence[str]] = DEFAULT_LABELS,
                  ) -> Iterator[RunSpan]:
-    """Every span of an ``ExportTraceServiceRequest`` with valid ids, as a :class:`RunSpan`."""
-    for resource_spans in request.resource_spans:
-        resource = _attributes(resource_spans.resource.attributes)
-        for scope_spans in resource_spans.scope_spans:
-            for span in scope_spans.spans:
-                run_span = read_run_span(span, _attributes(span.attributes), resource,
-                                         scope_spans.scope.name, labels)
-                if run_span is not None:
-                    yield run_span
+    """Every span of an ``ExportTraceServiceRequest`` with valid ids, as a :class:`RunSpan`
+    (conversation ids read with the default association keys, within the request)."""
+    spans = [(span, _attributes(span.attributes), _attributes(resource_spans.resource.attributes),
+              scope_spans.scope.name)
+             for resource_spans in request.resource_spans
+             for scope_spans in resource_spans.scope_spans for span in scope_spans.spans]
+    ids = TraceConversations().resolve([(span.trace_id.hex(), attrs) for span, attrs, *_ in spans])
+    for (span, attrs, resource, scope), conversation_id in zip(spans, ids):
+        run_span = read_run_span(span, attrs, resource, scope, labels,
+                                 conversation_id=conversation_id)
+        if run_span is not None:
+            yield run_span

@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..formats.base import InputDecoder, Notice, UndecodableRecord
-from ..formats.case import CaseDecoder
+from ..formats.case import CaseDecoder, conversation_id
 from ..inputs import default_case_id, describe_validation
 from ..models import Case, RedteamMetrics
 
@@ -271,7 +271,8 @@ def message_from_case(data: dict[str, Any], source: Source | None, *,
                       conversation_max_chars: int = DEFAULT_CONVERSATION_CHARS,
                       budgets: Mapping[str, int] | None = None,
                       ) -> InputMessage | BadInput:
-    """Validate one case dict of a decoded record (see :mod:`guardrail.formats.base`)."""
+    """Validate one case dict of a decoded record (see :mod:`guardrail.formats.base`);
+    its conversation id (:func:`~guardrail.formats.case.conversation_id`) is ``session_id``."""
     try:
         case = Case.model_validate(
             data, context={**(budgets or {}), "conversation_max_chars": conversation_max_chars})
@@ -281,6 +282,7 @@ def message_from_case(data: dict[str, Any], source: Source | None, *,
         trace = _trace(data["trace"]) if data.get("trace") is not None else trace
         run = _run(data.get("run"))
         session = _block(data.get("session_block"), "session_block")
+        session_id = conversation_id(data)
     except ValidationError as exc:
         return BadInput(f"invalid case: {describe_validation(exc)}")
     except ValueError as exc:
@@ -291,7 +293,7 @@ def message_from_case(data: dict[str, Any], source: Source | None, *,
         case = case.model_copy(
             update={"case_id": default_case_id(source.key, source.coordinates)})
     return InputMessage(case=case, metadata=metadata, event_time_ms=event_time, trace=trace,
-                        run=run, session=session)
+                        run=run, session_id=session_id, session=session)
 
 
 def _run(value: Any) -> dict[str, Any] | None:

@@ -148,7 +148,7 @@ class MessageJudge:
     def from_settings(cls, evaluator: Evaluator, settings: Settings, **options: Any,
                       ) -> MessageJudge:
         """Take the groups it needs (worker, kafka, windows, inputs) from ``settings``."""
-        options.setdefault("decoder", build_decoder(settings.inputs))
+        options.setdefault("decoder", build_decoder(settings.inputs, settings.sessions))
         options.setdefault("conversation_max_chars", settings.inputs.conversation_max_chars)
         options.setdefault("budgets", {
             "trajectory_max_chars": settings.runs.trajectory_max_chars,

@@ -255,6 +255,7 @@ class _Job:
     provider: TracerProvider
     tools: list[Callable[..., str]]
     agent_name: str
+    conversation_id: str | None = None  # Pydantic AI only: gen_ai.conversation.id
 
 
 def _openai_agents(job: _Job) -> None:
@@ -312,7 +313,7 @@ def _pydantic_ai(job: _Job) -> None:
     agent = Agent(OpenAIChatModel(job.model_name, provider=provider), name=job.agent_name,
                   instructions=INSTRUCTIONS, tools=job.tools,
                   capabilities=[Instrumentation(settings=tracing)])
-    agent.run_sync(job.scenario.request)
+    agent.run_sync(job.scenario.request, conversation_id=job.conversation_id)
 
 
 def _strands(job: _Job) -> None:
@@ -369,14 +370,17 @@ def available_frameworks() -> list[str]:
 
 def run_agent(framework: str, scenario: Scenario, model: ScriptedModel, *,
               agent_name: str = "mail-assistant", service: str = "mail-agent",
-              version: str = "v1") -> AgentRun:
+              version: str = "v1", conversation_id: str | None = None) -> AgentRun:
     """Run ``scenario`` once with ``framework`` against ``model``; its spans as records
-    (``service`` / ``version``: the resource's ``service.name`` / ``service.version``)."""
+    (``service`` / ``version``: the resource's ``service.name`` / ``service.version``;
+    ``conversation_id``: the conversation the run is a turn of, ``pydantic_ai`` only)."""
+    if conversation_id is not None and framework != "pydantic_ai":
+        raise ValueError(f"{framework}: no conversation id support here")
     provider, exporter = recording_provider(service, version)
     calls: list[tuple[str, dict[str, Any]]] = []
     tools = _tool_functions(scenario, calls)
     _RUNNERS[framework](_Job(scenario, model.url, model.register(scenario), provider, tools,
-                             agent_name))
+                             agent_name, conversation_id))
     provider.shutdown()
     return _as_run(framework, list(exporter.get_finished_spans()), calls)
 
