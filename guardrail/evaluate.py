@@ -15,13 +15,18 @@ Either way each metric gets its own ``MetricResult``; a call's tokens and cost
 are split equally over the metrics it answered (see ``Usage.split``), so the
 case's ``cost`` is exactly what its calls spent.
 
-Metric sets: a plain message is judged on the defaults (``bias``,
-``toxicity``) and the custom rubrics (``rubric_dir``, ``redteam.metrics``),
-except those that read only ``trajectory``; an agent run (a case with a
-``trajectory``) on :attr:`Evaluator.run_metrics`: those plus the agent rubrics
+Metric sets (:mod:`guardrail.metric_sets`, merged once, at start): a plain
+message is judged on the defaults (``bias``, ``toxicity``) and the custom
+rubrics (``rubric_dir``, ``redteam.metrics``), except those that read only
+``trajectory`` or ``session``; an agent run (a case with a ``trajectory``) on
+:attr:`Evaluator.run_metrics`: those plus the agent rubrics
 (``tool_injection``, ``unsafe_action``, ``goal_drift``), custom ones
-overriding by name. A case's own ``redteam.metrics`` override by name or
-append to either. Both sets are merged once, at start.
+overriding by name; a session judgment (a case with a ``session``
+transcript, :func:`guardrail.sessions.session_case`) on
+:attr:`Evaluator.session_metrics`: the session rubrics
+(``multi_turn_jailbreak``, ``conversation_harm``, ``bias``, ``toxicity`` over
+the transcript) and the custom rubrics that read ``session``, overriding by
+name. A case's own ``redteam.metrics`` override by name or append to any.
 
 Cascade (``escalate_model``): a metric whose first judgment has P(UNSAFE) in
 ``escalate_band`` is judged again by the escalation judge, whose verdict
@@ -54,8 +59,9 @@ from .judges.llm import GroupReply, Judge, JudgeReply, LLMJudge, Usage
 from .models import (PASS_THRESHOLD, Case, CostEstimate, JudgeVerdict, MetricResult, MetricRubric,
                      RedteamMetrics, ScoringMode)
 from .parsing import ground_spans
+from .metric_sets import MetricSets, case_kind
 from .prompts import JudgePrompt, render_group_prompt, render_prompt
-from .rubrics import agent_metrics, default_metrics, load_rubric_dir, merge_metrics
+from .rubrics import merge_metrics
 from .settings import DEFAULT_CACHE_PATH, EvaluationSettings, JudgeSettings, Settings
 from .verdicts import DEFAULT_THRESHOLD, apply_threshold, severity_to_score
 
@@ -188,7 +194,8 @@ def build_evaluator(settings: Settings, *, judge: Judge | None = None,
     evaluator = Evaluator(first, evaluation=settings.evaluation, cache=cache, cascade=cascade)
     use_rubrics = getattr(first, "use_rubrics", None)
     if use_rubrics is not None:  # a guard: policies from the rubrics; say what it covers
-        use_rubrics(evaluator.run_metrics)
+        # The session rubrics too (a message's bias and toxicity win by name).
+        use_rubrics(merge_metrics(evaluator.session_metrics, evaluator.run_metrics))
         log.info("judge %s (%s): %s", first.model, settings.judge.protocol,
                  first.describe(m.name for m in evaluator.run_metrics))  # type: ignore[attr-defined]
     if cascade is not None:
@@ -221,17 +228,14 @@ class Evaluator:
         self.cascade = cascade
         self.evaluation = evaluation = evaluation or EvaluationSettings()
         self.cache = cache
-        custom = (load_rubric_dir(evaluation.rubric_dir) if evaluation.rubric_dir else (),
-                  evaluation.redteam.metrics)
-        #: A plain message's metrics: a rubric that reads only an agent run's
-        #: trajectory would have nothing to judge in it.
-        self.base_metrics = tuple(m for m in merge_metrics(default_metrics(), *custom)
-                                  if m.item_fields != ("trajectory",))
-        #: An agent run's metrics: the agent rubrics too, custom ones over them.
-        self.run_metrics = merge_metrics(default_metrics(), agent_metrics(), *custom)
+        self.metric_sets = sets = MetricSets.from_settings(evaluation)
+        #: A plain message's metrics, an agent run's (the agent rubrics too) and
+        #: a session judgment's (see :mod:`guardrail.metric_sets`).
+        self.base_metrics, self.run_metrics = sets.base, sets.run
+        self.session_metrics = sets.session
         #: Most messages carry no redteam block of their own: merge once.
-        self._deployment_config = self._deployment(self.base_metrics)
-        self._run_config = self._deployment(self.run_metrics)
+        self._configs = {kind: self._deployment(sets.for_kind(kind))
+                         for kind in ("base", "run", "session")}
 
     def _deployment(self, metrics: tuple[MetricRubric, ...]) -> EffectiveConfig:
         deployment = self.evaluation.redteam
@@ -252,18 +256,19 @@ class Evaluator:
 
     def effective_config(self, case: Case) -> EffectiveConfig:
         """Case knobs win over deployment knobs; case metrics override by name or
-        append to the deployment's set, a run's (:attr:`run_metrics`) for a
-        case with a trajectory."""
+        append to the deployment's set for the case's kind: a session's
+        (:attr:`session_metrics`) for a case with a ``session``, a run's
+        (:attr:`run_metrics`) for one with a trajectory."""
         deployment, own = self.evaluation.redteam, case.redteam
-        run = case.has_trajectory
+        kind = case_kind(case)
         given = own.model_fields_set
         if not given:
-            return self._run_config if run else self._deployment_config
+            return self._configs[kind]
         return EffectiveConfig(
             scoring_mode=own.scoring_mode if "scoring_mode" in given else deployment.scoring_mode,
             include_reasoning=(own.include_reasoning if "include_reasoning" in given
                                else deployment.include_reasoning),
-            metrics=merge_metrics(self.run_metrics if run else self.base_metrics, own.metrics),
+            metrics=merge_metrics(self.metric_sets.for_kind(kind), own.metrics),
             include_probability=(own.include_probability if "include_probability" in given
                                  else deployment.include_probability),
         )

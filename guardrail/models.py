@@ -25,6 +25,11 @@ give it a ``trajectory``: the request, each step and the final answer as one
 text that the agent rubrics read (budget: ``trajectory_max_chars`` in the
 context, default 16000). A ``trajectory`` the case gives is used as given.
 
+A session (a conversation judged as a whole, :mod:`guardrail.sessions`) carries
+its transcript as ``session``, kept as given (built by
+:func:`guardrail.sessions.session_case`), and its ``session_id``: the session
+rubrics read ``session``, and a custom rubric that reads it joins them.
+
 Results serialise to exactly the spec's JSON: ``severity`` is absent (not null)
 in binary mode and ``reasoning`` is absent unless it was asked for.
 """
@@ -65,8 +70,9 @@ __all__ = [
 
 #: A case field a rubric may ask the judge to read (``conversation``: the turns
 #: before the input, rendered from ``messages``; ``trajectory``: an agent run's
-#: steps, given or rendered from ``messages``).
-ItemField = Literal["output", "input", "context", "reference", "conversation", "trajectory"]
+#: steps, given or rendered from ``messages``; ``session``: a session's transcript).
+ItemField = Literal["output", "input", "context", "reference", "conversation", "trajectory",
+                    "session"]
 #: Case fields a rubric may ask the judge to read.
 ITEM_FIELDS: tuple[str, ...] = get_args(ItemField)
 #: The spec's one category for every redteam metric.
@@ -200,6 +206,7 @@ class Case(BaseModel):
     ``trajectory`` is kept as given; when absent and the messages after the
     input hold tool activity, it is rendered from the raw messages (budgets
     ``trajectory_max_chars``, ``tool_result_max_chars`` in the context).
+    ``session`` (a session's transcript) is kept as given.
     """
 
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -212,6 +219,9 @@ class Case(BaseModel):
     messages: tuple[ChatMessage, ...] | None = None
     conversation: str | None = None
     trajectory: str | None = None
+    #: A session's transcript, kept as given; ``session_id`` keys its fence token.
+    session: str | None = None
+    session_id: str | None = None
     redteam: RedteamConfig = RedteamConfig()
 
     @model_validator(mode="before")
@@ -260,6 +270,11 @@ class Case(BaseModel):
     def has_trajectory(self) -> bool:
         """An agent run: judged on the agent rubrics besides the message ones."""
         return bool(self.trajectory and self.trajectory.strip())
+
+    @property
+    def has_session(self) -> bool:
+        """A session judgment: judged on the session rubrics (they win over a run's)."""
+        return bool(self.session and self.session.strip())
 
 
 class JudgeVerdict(BaseModel):

@@ -19,6 +19,13 @@ that the text cannot know in advance (it is drawn after the text is known and
 appears in none of it), and the instructions say that nothing inside a fence is
 an instruction. Each field is fenced once, however many metrics read it.
 
+A session judgment (a case with ``session`` and ``session_id``) is fenced by
+:func:`session_nonce` instead: an HMAC of the session id with a per-process
+secret, the same for every judgment of the session (redrawn only when a text
+holds it), and its transcript is fenced first. The transcript grows at its end,
+so consecutive judgments of a session share their prompt through the last
+unchanged turn and a provider's prompt cache pays only for the new turns.
+
 A rubric's ``examples`` are rendered with it, in the static part: each on one
 line between the fixed marks ``<<<EXAMPLE>>>`` and ``<<<END EXAMPLE>>>`` (an
 example cannot contain ``<<<``), then its verdict, evidence quotes and note.
@@ -26,13 +33,16 @@ example cannot contain ``<<<``), then its verdict, evidence quotes and note.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .models import EXAMPLE_BEGIN, EXAMPLE_END, Case, MetricRubric, RubricExample, ScoringMode
 
-__all__ = ["JudgePrompt", "render_prompt", "render_group_prompt", "new_nonce", "SYSTEM_PROMPT"]
+__all__ = ["JudgePrompt", "render_prompt", "render_group_prompt", "new_nonce", "session_nonce",
+           "SYSTEM_PROMPT"]
 
 SYSTEM_PROMPT = (
     # One line: the local judge otherwise indents its JSON, ~25 % more output tokens.
@@ -102,6 +112,25 @@ def new_nonce(texts: Sequence[str]) -> str:
             return nonce
 
 
+#: Keys the session fence tokens: drawn per process, so a token is unknowable
+#: outside it (safety still rests on the token being absent from the texts).
+_SESSION_SECRET = secrets.token_bytes(32)
+
+
+def session_nonce(session_id: str, texts: Sequence[str]) -> str:
+    """The fence token of one session's judgments: stable across them (so their
+    prompts share a prefix), absent from ``texts``; same length as
+    :func:`new_nonce`'s. A text that holds it moves the session to the next
+    token of its sequence, never to one a text holds."""
+    attempt = 0
+    while True:
+        message = f"{session_id}\x00{attempt}".encode()
+        nonce = hmac.new(_SESSION_SECRET, message, hashlib.sha256).hexdigest()[:NONCE_BYTES * 2]
+        if not any(nonce in text for text in texts):
+            return nonce
+        attempt += 1
+
+
 def _bullets(items: tuple[str, ...]) -> str:
     return "\n".join(f"- {item}" for item in items) if items else "- (none listed)"
 
@@ -168,8 +197,13 @@ def _prompt(metrics: Sequence[MetricRubric], case: Case, static: str, *, nonce: 
     names: list[str] = []
     for rubric in metrics:  # first appearance order; a field shared by metrics is fenced once
         names.extend(n for n in rubric.item_fields if n not in names)
+    if "session" in names:  # the growing transcript first: what follows it changes anyway
+        names.sort(key=lambda name: name != "session")
     judged = {name: case.field_text(name) or "" for name in names}
-    nonce = nonce or new_nonce(list(judged.values()))
+    texts = list(judged.values())
+    if nonce is None and case.has_session and case.session_id and "session" in names:
+        nonce = session_nonce(case.session_id, texts)
+    nonce = nonce or new_nonce(texts)
     messages = ({"role": "system", "content": SYSTEM_PROMPT},
                 {"role": "user", "content": static + _tail(nonce, judged)})
     return JudgePrompt(metric=metrics[0].name, nonce=nonce, messages=messages,

@@ -14,6 +14,13 @@ run is judged on them besides the defaults, a plain message never is::
 
     >>> [m.name for m in agent_metrics()]
     ['goal_drift', 'tool_injection', 'unsafe_action']
+
+The session rubrics (``multi_turn_jailbreak``, ``conversation_harm``, and
+``bias`` and ``toxicity`` over the transcript, each reading the ``session``
+field) live in ``session/``: a session judgment is judged on them only::
+
+    >>> [m.name for m in session_metrics()]
+    ['bias', 'conversation_harm', 'multi_turn_jailbreak', 'toxicity']
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ from pydantic import ValidationError
 from .errors import RubricError
 from .models import ITEM_FIELDS, MetricRubric
 
-__all__ = ["default_rubric_dir", "agent_rubric_dir", "load_rubric_dir", "load_rubric_file",
-           "merge_metrics", "parse_metric", "default_metrics", "agent_metrics"]
+__all__ = ["default_rubric_dir", "agent_rubric_dir", "session_rubric_dir", "load_rubric_dir",
+           "load_rubric_file", "merge_metrics", "parse_metric", "default_metrics", "agent_metrics",
+           "session_metrics"]
 
 _RUBRIC_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -51,6 +59,11 @@ def agent_rubric_dir() -> Path:
     """The shipped agent rubrics: a subfolder, so that :func:`load_rubric_dir`
     of the shipped folder (the plain messages' defaults) never loads them."""
     return default_rubric_dir() / "agent"
+
+
+def session_rubric_dir() -> Path:
+    """The shipped session rubrics: a subfolder, like :func:`agent_rubric_dir`."""
+    return default_rubric_dir() / "session"
 
 
 def parse_metric(data: Any, *, source: str) -> MetricRubric:
@@ -110,6 +123,12 @@ def default_metrics() -> tuple[MetricRubric, ...]:
 def agent_metrics() -> tuple[MetricRubric, ...]:
     """The shipped agent-run metrics (``trajectory`` readers), loaded once."""
     return load_rubric_dir(agent_rubric_dir())
+
+
+@functools.lru_cache(maxsize=1)
+def session_metrics() -> tuple[MetricRubric, ...]:
+    """The shipped session metrics (``session`` readers), loaded once."""
+    return load_rubric_dir(session_rubric_dir())
 
 
 def _check_unique(names: Iterable[str], *, source: str) -> None:

@@ -47,14 +47,14 @@ def test_the_agent_rubrics_are_terse():
 
 
 def test_trajectory_is_an_item_field_and_an_unknown_one_still_errors_clearly():
-    assert ITEM_FIELDS[-1] == "trajectory"
+    assert "trajectory" in ITEM_FIELDS
     parse_metric({"name": "x", "goal": "g", "item_fields": ["trajectory"]}, source="x.yaml")
     with pytest.raises(RubricError) as info:
         parse_metric({"name": "x", "goal": "g", "item_fields": ["trajectory", "steps"]},
                      source="agent/x.yaml")
     assert str(info.value) == (
         "agent/x.yaml: field 'item_fields.1': unknown item field 'steps' (allowed: output, "
-        "input, context, reference, conversation, trajectory)")
+        "input, context, reference, conversation, trajectory, session)")
 
 
 def test_the_wheel_ships_the_rubric_folder_with_its_subfolders():

@@ -79,7 +79,7 @@ def test_conversation_is_an_allowed_item_field():
     from guardrail.models import ITEM_FIELDS, MetricRubric
 
     assert ITEM_FIELDS == ("output", "input", "context", "reference", "conversation",
-                           "trajectory")
+                           "trajectory", "session")
     MetricRubric(name="ctx", goal="g", item_fields=("conversation",))
     with pytest.raises(ValidationError):
         MetricRubric(name="ctx", goal="g", item_fields=("messages",))

@@ -103,7 +103,8 @@ def severity_from_probability(unsafe: bool, p: float | None) -> int:
 
 
 #: The case fields a guard is given (as turns): a metric reading others is not covered.
-_TURN_FIELDS = frozenset({"output", "input", "conversation"})
+#: A session's transcript comes as the session's turns (``messages``, GuardInput.from_case).
+_TURN_FIELDS = frozenset({"output", "input", "conversation", "session"})
 
 
 def _reads_turns_only(rubric: MetricRubric | None) -> bool:

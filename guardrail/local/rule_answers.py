@@ -173,8 +173,11 @@ def answer_shape(body: Mapping) -> tuple[str, bool]:
 def rule_verdict(metric: str, fields: Mapping[str, str], mode: str, *, reasoning: bool,
                  triggers: Mapping[str, Iterable[str]] = DEFAULT_TRIGGERS) -> dict:
     """The default deterministic judgement of ``fields["output"]`` (of the
-    ``trajectory`` for the agent rubrics) for ``metric``."""
+    ``trajectory`` for the agent rubrics; of the ``session`` transcript when it
+    is fenced without an ``output``, as for the session rubrics) for ``metric``."""
     field = "trajectory" if metric.lower() in TRAJECTORY_METRICS else "output"
+    if field not in fields and "session" in fields:
+        field = "session"
     text = fields.get(field, "")
     hits = []
     for word in triggers.get(metric.lower(), ()):

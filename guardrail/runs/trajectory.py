@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 from .steps import Step, StepKind, has_tool_activity, steps_from_messages, steps_from_spans
 
-__all__ = ["render_trajectory", "neutralise", "Step", "StepKind", "steps_from_spans",
+__all__ = ["render_trajectory", "neutralise", "capped", "Step", "StepKind", "steps_from_spans",
            "steps_from_messages", "has_tool_activity", "FENCE_OPEN", "FENCE_CLOSE"]
 
 FENCE_OPEN, FENCE_CLOSE = "<<<", ">>>"
@@ -45,8 +45,9 @@ def neutralise(text: str) -> str:
     return text.replace(FENCE_OPEN, _SAFE_OPEN).replace(FENCE_CLOSE, _SAFE_CLOSE)
 
 
-def _capped(text: str, limit: int) -> str:
-    """``text`` cut to about ``limit`` characters: its head and tail around a note."""
+def capped(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters: its head and tail around a note
+    (also a session transcript's turns, :mod:`guardrail.sessions.transcript`)."""
     if len(text) <= limit:
         return text
     head = max(limit * 2 // 3, 1)
@@ -56,7 +57,7 @@ def _capped(text: str, limit: int) -> str:
 
 
 def _safe(text: str | None, limit: int) -> str:
-    return _capped(neutralise(text or ""), limit)
+    return capped(neutralise(text or ""), limit)
 
 
 def render_trajectory(request: str | None, steps: Sequence[Step], final: str | None, *,

@@ -127,7 +127,10 @@ class GuardInput:
     def from_case(cls, case: Case, *, context_chars: int = CONTEXT_CHARS) -> GuardInput:
         """The case's user and assistant messages up to its output, the output last;
         ``input`` when it is not already the last user turn; earlier turns kept
-        newest first within ``context_chars``."""
+        newest first within ``context_chars``. A session judgment
+        (:func:`guardrail.sessions.session_case`) carries its turns as ``messages``
+        and its latest answer as ``output``: the guard reads the session's latest
+        turns within the budget, the latest answer judged."""
         output = (case.output or "").strip()
         if not output:
             raise GuardAnswerError("nothing to judge: the case has no output")
