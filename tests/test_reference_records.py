@@ -84,6 +84,22 @@ def _run_case() -> bytes:
     return orjson.dumps(run_case(spans, status="complete"))
 
 
+def _session_case() -> bytes:
+    """A closing session judgment's case, as the session assembler hands it to judging."""
+    from guardrail.sessions.book import SessionHeader
+    from guardrail.sessions.gathering import SessionGathering
+    from guardrail.sessions.turns import Turn
+    from guardrail.settings import Settings
+    from guardrail.stream.telemetry import Telemetry
+
+    turns = [Turn(turn_id=f"t{n}", started_ms=1_714_564_800_000 + n, user=f"question {n}",
+                  answer=f"answer {n}", trace_id=f"{n:032x}", span_id=f"{n:016x}",
+                  metadata={"model": "m", "model_version": "v2"}) for n in (1, 2)]
+    header = SessionHeader(session_id="chat-1", turns=2, judging_turns=2, status="idle")
+    gathering = SessionGathering(Settings().sessions, Telemetry())
+    return orjson.dumps(gathering.case("chat-1", header, turns))
+
+
 async def _worker_records(settings, evaluators, batch) -> dict[str, list[Any]]:
     judge = MessageJudge.from_settings(evaluators(settings), settings)
     by_topic: dict[str, list[Any]] = defaultdict(list)
@@ -107,6 +123,7 @@ async def test_what_the_worker_publishes_is_what_the_page_describes(make_setting
         RawMessage(b"{broken", Source("in", 1, 3, key=b"k3", headers=headers)),
         RawMessage(b"x" * 300_000, Source("in", 1, 4)),  # too big to travel whole
         RawMessage(_run_case(), Source("app-run-spans", 0, 9, key=b"run")),  # an agent run
+        RawMessage(_session_case(), Source("app-session-turns", 0, 5, key=b"chat-1")),
     ]
     out = await _worker_records(settings, evaluators, batch)
     results = [described(ResultRecord, o.value) for o in out[k.results_topic]]
@@ -128,8 +145,10 @@ async def test_what_the_worker_publishes_is_what_the_page_describes(make_setting
         assert outgoing.timestamp_ms == decoded[0].event_time_ms
     items = [described(ReviewItem, o.value) for o in out[r.review_topic]]
     assert [o.key for o in out[r.review_topic]] == [i["case_id"].encode() for i in items]
-    assert len(items) == 3  # every metric of the three results chosen (rates 1.0)
+    assert len(items) == 4  # every metric of the four results chosen (rates 1.0)
     assert results[2]["run"]["status"] == "complete" and items[2]["run"] == results[2]["run"]
+    assert results[3]["case_id"] == "chat-1#2" and results[3]["session"]["status"] == "closed"
+    assert results[3]["trace"] == {"trace_id": f"{2:032x}", "span_id": f"{2:016x}"}
     labels = []
     for raw in out[r.review_topic]:
         item = ReviewItem.decode(raw.value)

@@ -26,7 +26,8 @@ from ..models import RedteamMetrics
 from .envelope import DLQ_MAX_ORIGINAL
 from .events import Status
 
-__all__ = ["WireRecord", "SourceCoordinates", "TraceContext", "ResultRecord", "DlqSource",
+__all__ = ["WireRecord", "SourceCoordinates", "TraceContext", "ResultRecord", "SessionSummary",
+           "DlqSource",
            "DlqRecord", "JudgmentRecord", "JudgmentBundle"]
 
 
@@ -92,6 +93,30 @@ class RunSummary(WireRecord):
     ``run_max_spans`` / ``run_max_bytes``, judged as far as it goes."""
 
 
+class SessionSummary(WireRecord):
+    """A conversation judged as a whole (its turns carried one conversation id)."""
+
+    id: str
+    """The session (conversation) id."""
+    turns: int
+    """Turns of the session this judgment covers (also the ``#n`` of ``case_id``)."""
+    traces: int
+    """Distinct traces among the turns the worker held."""
+    first_turn_at: str | None = None
+    """The first held turn's start time, UTC ISO-8601 with milliseconds."""
+    last_turn_at: str | None = None
+    """The latest turn's start time, UTC ISO-8601 with milliseconds."""
+    status: Literal["open", "closed", "truncated"]
+    """``open``: judged while it goes on; ``closed``: judged once more after
+    ``session_idle_seconds`` without a turn (a later turn resumes it);
+    ``truncated``: past ``session_max_turns`` / ``session_max_bytes``, its oldest
+    turns after the first were dropped."""
+    trigger: Literal["every_n", "turn_flagged", "idle", "resumed"]
+    """Why it was judged now: ``session_judge_every`` new turns, a new turn's own
+    verdict UNSAFE or unsure, quiet for ``session_idle_seconds`` (or early, when
+    the worker's sessions passed ``session_memory_bytes``), or a turn after it closed."""
+
+
 class ResultRecord(RedteamMetrics, WireRecord):
     """A judged case: the spec's ``RedteamMetrics`` (``metrics`` and ``cost``)
     plus the fields that name the case and join it back to its input."""
@@ -129,6 +154,9 @@ class ResultRecord(RedteamMetrics, WireRecord):
     run: RunSummary | None = None
     """Present when the case is a whole agent run (then ``case_id`` is
     ``<trace_id>:<root span id>``)."""
+    session: SessionSummary | None = None
+    """Present when the case is a whole session (then ``case_id`` is
+    ``<session id>#<turns>``; ``metadata`` and ``trace`` are its latest turn's)."""
 
 
 class DlqSource(WireRecord):
