@@ -125,15 +125,16 @@ class GuardInput:
 
     @classmethod
     def from_case(cls, case: Case, *, context_chars: int = CONTEXT_CHARS) -> GuardInput:
-        """The case's user and assistant messages up to its output, the output last;
+        """The case's user and assistant messages up to its input, the output last;
         ``input`` when it is not already the last user turn; earlier turns kept
-        newest first within ``context_chars``."""
+        newest first within ``context_chars``. What came between the input and
+        the output (an agent run's steps, its tool calls) is never sent."""
         output = (case.output or "").strip()
         if not output:
             raise GuardAnswerError("nothing to judge: the case has no output")
         turns = [(m.role, m.text.strip()) for m in case.messages or ()
                  if m.role in ("user", "assistant") and m.text.strip()]
-        if turns and turns[-1] == ("assistant", output):
+        while turns and turns[-1][0] != "user":  # the steps after the input: the trajectory
             turns.pop()
         given = (case.input or "").strip()
         users = [text for role, text in turns if role == "user"]
@@ -160,8 +161,6 @@ class GuardInput:
                 merged.append([role, text])
         while merged and merged[0][0] == "assistant":  # a greeting before any user turn
             merged.pop(0)
-        if merged and merged[-1][0] == "assistant":  # a run of assistant turns: one answer
-            output = merged.pop()[1] + "\n\n" + output
         kept: list[list[str]] = []
         if merged:
             kept.append(merged.pop())  # the judged exchange's user turn always goes
