@@ -143,15 +143,6 @@ class GuardInput:
         return cls._build(turns, output, context_chars)
 
     @classmethod
-    def from_judged(cls, judged: Mapping[str, str]) -> GuardInput:
-        """From a rubric prompt's fenced fields: ``input`` then ``output``."""
-        output = (judged.get("output") or "").strip()
-        if not output:
-            raise GuardAnswerError("nothing to judge: the prompt has no output field")
-        given = (judged.get("input") or "").strip()
-        return cls._build([("user", given)] if given else [], output, CONTEXT_CHARS)
-
-    @classmethod
     def _build(cls, turns: list[tuple[str, str]], output: str, budget: int) -> GuardInput:
         merged: list[list[str]] = []
         for role, text in turns:  # templates want strict alternation: merge repeats
