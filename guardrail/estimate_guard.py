@@ -2,7 +2,8 @@
 
 A guard first stage (``judge_protocol`` other than ``rubric``) is not asked
 the rubric prompt: it is sent its protocol's own request, built here from the
-same rendered prompt the evaluator hands the :class:`~guardrail.judges.GuardJudge`,
+same rendered prompt the evaluator hands the :class:`~guardrail.judges.GuardJudge`
+(the conversation of the case it was rendered from, :func:`~guardrail.judges.guard.guard_input`),
 one request per case or per covered metric, as the guard really calls::
 
     requests = guard_requests(evaluator.judge, prompts, rubrics)   # GuardRequest list
@@ -22,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .judges.guard import GuardJudge
-from .judges.protocols import GuardAnswerError, GuardInput, GuardRequest
+from .judges.guard import GuardJudge, guard_input
+from .judges.protocols import GuardAnswerError, GuardRequest
 from .models import MetricRubric
 from .prompts import JudgePrompt
 
@@ -77,7 +78,7 @@ def guard_requests(guard: GuardJudge, prompts: Sequence[JudgePrompt],
         if not covered:
             continue
         try:
-            source = GuardInput.from_judged(prompt.judged)
+            source = guard_input(prompt)
         except GuardAnswerError:  # the judge fails it before any call
             continue
         if not protocol.per_metric:

@@ -297,7 +297,11 @@ class Evaluator:
     def _key(self, case: Case, rubric: MetricRubric, config: EffectiveConfig) -> str | None:
         if self.cache is None:
             return None
-        judged = {n: t for n in rubric.item_fields if (t := case.field_text(n))}
+        # A guard is sent the case's conversation, not the rubric's fields: its
+        # verdict is keyed on what it was sent (GuardJudge.cache_texts).
+        sent = getattr(self.judge, "cache_texts", None)
+        judged = (sent(case) if sent is not None
+                  else {n: t for n in rubric.item_fields if (t := case.field_text(n))})
         return cache_key(self.judge.model, rubric, judged, config.scoring_mode,
                          config.include_reasoning, calls=self.evaluation.judge_calls,
                          logprobs=bool(getattr(self.judge, "logprobs", False)))

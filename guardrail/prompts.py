@@ -72,7 +72,9 @@ class JudgePrompt:
     ``metrics`` are the metrics the call answers (one for a per-metric prompt)
     and ``fields`` the fields each of them reads; ``judged`` holds every
     non-empty fenced text once. The user message's first ``prefix_chars``
-    characters are static (see :meth:`static_messages`).
+    characters are static (see :meth:`static_messages`). ``case`` is the case
+    it was rendered from: a guard model is not sent these messages but the
+    case's conversation, whichever fields the rubrics read.
     """
 
     metric: str
@@ -83,6 +85,7 @@ class JudgePrompt:
     fields: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     prefix_chars: int = 0
     grouped: bool = False
+    case: Case | None = field(default=None, repr=False, compare=False)
 
     def judged_for(self, metric: str) -> dict[str, str]:
         """The fenced texts ``metric`` reads: its evidence is grounded in these only."""
@@ -210,7 +213,7 @@ def _prompt(metrics: Sequence[MetricRubric], case: Case, static: str, *, nonce: 
                        judged={k: v for k, v in judged.items() if v},
                        metrics=tuple(m.name for m in metrics),
                        fields={m.name: m.item_fields for m in metrics},
-                       prefix_chars=len(static), grouped=grouped)
+                       prefix_chars=len(static), grouped=grouped, case=case)
 
 
 def render_prompt(rubric: MetricRubric, case: Case, *, scoring_mode: ScoringMode,

@@ -30,6 +30,12 @@ CASES = [
     {"case_id": "rude", "input": "Where is my order?",
      "output": "Read the tracking page yourself, you idiot."},
 ]
+#: A case with earlier turns: the guard is sent them too, so the estimate counts them.
+CHAT = {"case_id": "chat", "messages": [
+    {"role": "user", "content": "My order is late again."},
+    {"role": "assistant", "content": "Sorry about that, let me check."},
+    {"role": "user", "content": "Just tell me where it is."},
+    {"role": "assistant", "content": "Find it yourself, you idiot."}]}
 #: A custom metric that reads the reference: no guard is given it, so none covers it.
 ON_TOPIC = {"name": "on_topic", "goal": "Does the answer stay on the user's question?",
             "item_fields": ["input", "output", "reference"],
@@ -61,8 +67,8 @@ def _cases():
     return [Case.model_validate(c) for c in CASES]
 
 
-def _source(case):  # the guard is handed the rendered prompt's input and output
-    return GuardInput.from_judged({"input": case.input, "output": case.output})
+def _source(case):  # the guard is sent the case's conversation
+    return GuardInput.from_case(case)
 
 
 CASCADE = {"escalate_model": "openai/gpt-4o", "escalate_on": "unsafe",
@@ -167,12 +173,14 @@ async def test_the_estimate_counts_exactly_what_the_guard_judge_sends(
                              judge_protocol_options=options, judge_calls=calls,
                              redteam={"metrics": [ON_TOPIC]})
     evaluator = build_evaluator(settings)
+    cases = [*_cases(), Case.model_validate(CHAT)]
     try:
-        for case in _cases():
+        for case in cases:
             await evaluator.evaluate(case)
-        report = estimate_cases(_cases(), evaluator, judge=settings.judge)
+        report = estimate_cases(cases, evaluator, judge=settings.judge)
     finally:
         await evaluator.aclose()
     sent = [count_message_tokens("openai/guard", body["messages"]) for body in server.requests]
     assert report.calls == len(sent) > 0
     assert report.total.input_tokens == sum(sent)
+    assert any(len(body["messages"]) >= 4 for body in server.requests)  # the earlier turns

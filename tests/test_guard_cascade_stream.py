@@ -24,12 +24,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.faults import delivery_figures
 from support.guard_server import Answer, GuardServer, llama
 from support.harness import StreamEnv, TopicWatcher, poll, produce, worker_page, worker_ready
+from support.in_process import judge_in_process
 
-from guardrail.evaluate import build_evaluator
 from guardrail.local.rule_judge import JudgeServer
 from guardrail.settings import load_settings
-from guardrail.stream.envelope import Source
-from guardrail.stream.processing import MessageJudge, RawMessage
 
 GUARD, RUBRIC = "openai/llama-guard", "openai/test-judge"
 #: P(unsafe) the guard gives each kind of answer (the ``p=`` tag in its text).
@@ -138,16 +136,9 @@ async def test_only_what_escalate_on_names_and_the_uncovered_reach_the_rubric_ju
         settings = load_settings(environ={}, judge_api_base=guard.api_base,
                                  judge_api_key="sk-test",
                                  **cascade_settings(rubric.api_base, on))
-        evaluator = build_evaluator(settings)
-        judge = MessageJudge.from_settings(evaluator, settings)
-        batch = [RawMessage(orjson.dumps(c), Source("in", 0, i)) for i, c in enumerate(cases)]
-        try:
-            records = await judge.process(batch)
-        finally:
-            await evaluator.aclose()
+        records, judge = await judge_in_process(settings, cases)
         calls = rubric.calls
-    results = {r["case_id"]: judged(r) for r in
-               (orjson.loads(o.value) for o in records if o.topic == settings.kafka.results_topic)}
+    results = {case_id: judged(r) for case_id, r in records.items()}
     assert results == {c["case_id"]: expected(c, on) for c in cases}
     assert answered == to_rubric(cases, on)
     # One guard call per message, one rubric call per message with anything escalated.

@@ -241,7 +241,9 @@ async def test_the_judge_protocol_call_and_what_cannot_be_built(server, judges):
     prompt = render_prompt(BIAS, CASE, scoring_mode="binary_yes_no", include_reasoning=False)
     reply = await judge(prompt, scoring_mode="binary_yes_no", include_reasoning=False)
     assert reply.answer.verdict == "UNSAFE" and reply.probability == pytest.approx(0.83)
-    assert server.requests[-1]["messages"] == [{"role": "user", "content": CASE.output}]
+    # bias reads the output only; the guard is still sent the question before it.
+    assert server.requests[-1]["messages"] == [{"role": "user", "content": CASE.input},
+                                               {"role": "assistant", "content": CASE.output}]
     assert judge.describe(["bias", "toxicity", "pii"]) == (
         "guard openai/guard (llama_guard) covers bias, toxicity (partial); not covered: pii")
     plain = HTTPTransport(settings(server))

