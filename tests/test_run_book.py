@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
+from support.assembly_records import Message
 from support.run_traffic import agent_run
 
 from guardrail.agents.run_assembly import RunAssembler
@@ -18,17 +19,6 @@ from guardrail.runs.assembly import RunBook, RunHeader, RunLimits, due
 from guardrail.runs.routing import RunRouter
 from guardrail.settings import Settings
 from guardrail.stream.telemetry import Telemetry
-
-
-@dataclass
-class Message:
-    key: bytes
-    value: bytes
-    headers: list
-    partition: int = 0
-    offset: int = 0
-    topic: str = "app-run-spans"
-    timestamp: float = 1_700_000_000.0
 
 
 @dataclass

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
+from support.assembly_records import Message
 
 from guardrail.agents.assembly import Assembler
 from guardrail.sessions.book import SessionHeader, SessionLimits, due
@@ -19,17 +20,6 @@ from guardrail.settings import Settings
 from guardrail.stream.telemetry import Telemetry
 
 T0 = 1_700_000_000_000
-
-
-@dataclass
-class Message:
-    key: bytes
-    value: bytes
-    headers: list
-    partition: int = 0
-    offset: int = 0
-    topic: str = "app-session-turns"
-    timestamp: float = 1_700_000_000.0
 
 
 @dataclass
