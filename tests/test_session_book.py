@@ -92,6 +92,7 @@ def test_a_flagged_turn_makes_the_session_due_at_once():
     s.turn("c1", 2, flagged=True)
     case = s.judge("c1")
     assert (case["case_id"], case["session_block"]["trigger"]) == ("c1#2", "turn_flagged")
+    assert case["session_block"]["flagged_turns"] == [2]
     assert s.send(b"tick", "c1") is None  # the flag was judged
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from ..stream.envelope import utc_iso
 from .book import SessionBook, SessionHeader, SessionLimits, due, recount
 from .settings import SessionSettings
+from .transcript import ordered_turns
 from .turns import Turn
 
 __all__ = ["SessionGathering", "session_block"]
@@ -69,7 +70,7 @@ class SessionGathering:
     def case(self, key: str, header: SessionHeader, items: list[Turn]) -> dict[str, Any]:
         from .case import session_case  # the transcript and the judged fields
 
-        turns = sorted(items, key=lambda t: (t.started_ms, t.turn_id))
+        turns = ordered_turns(items)
         case = session_case(turns, session_id=key, judged_turns=header.judging_turns,
                             max_chars=self.sessions.session_max_chars)
         latest = turns[-1] if turns else None
@@ -124,4 +125,7 @@ def session_block(session_id: str, header: SessionHeader, turns: list[Turn]) -> 
     if turns:
         block["first_turn_at"] = utc_iso(turns[0].started_ms)
         block["last_turn_at"] = utc_iso(turns[-1].started_ms)
+    flagged = [number for number, turn in enumerate(turns, 1) if turn.flagged]
+    if flagged:
+        block["flagged_turns"] = flagged
     return block

@@ -106,6 +106,9 @@ class SessionSummary(WireRecord):
     """The first held turn's start time, UTC ISO-8601 with milliseconds."""
     last_turn_at: str | None = None
     """The latest turn's start time, UTC ISO-8601 with milliseconds."""
+    flagged_turns: list[int] | None = None
+    """The turns (numbered as in the judged transcript, from 1) whose own verdict
+    was UNSAFE or unsure; absent when none was."""
     status: Literal["open", "closed", "truncated"]
     """``open``: judged while it goes on; ``closed``: judged once more after
     ``session_idle_seconds`` without a turn (a later turn resumes it);
