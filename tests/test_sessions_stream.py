@@ -20,6 +20,7 @@ import pytest
 from support.agent_traffic import ScriptedModel
 from support.harness import StreamEnv, TopicWatcher, poll, worker_page, worker_ready
 from support.run_traffic import produce_spread
+from support.session_faults import session_crash_scenario
 from support.session_traffic import SMALL_TALK, SPLIT_PHISHING, converse
 
 from guardrail.stream.events import decode_events
@@ -119,3 +120,21 @@ def test_conversations_are_judged_whole_while_turns_stay_safe_alone(kafka_bootst
     counted = sorted((e.group.get("unit"), e.case_id, e.metric) for e in events)
     assert len(counted) == len(set(counted)) == 4 * len(SESSION_METRICS), counted
     assert 'guardrail_session_judgments_total{trigger="idle"} 4.0' in metrics
+
+
+@pytest.mark.both_brokers
+@pytest.mark.slow
+def test_kill_9_while_sessions_are_open_and_a_worker_joining_lose_no_turn_nor_count_twice(
+        kafka_bootstrap, thread_judge, tmp_path):
+    """The worker dies while sessions are being judged; a restarted worker and a
+    second one share the sessions. Every session's closing judgment holds all
+    its turns, and the windows count each closing once, redeliveries skipped."""
+    thread_judge.reset()
+    figures = session_crash_scenario(kafka_bootstrap, thread_judge, tmp_path, sessions=30,
+                                     turns=6, topic_partitions=2, session_judge_every=3,
+                                     session_idle_seconds=8)
+    explain = ({k: v for k, v in figures.items() if k != "logs"}, figures["logs"][-3000:])
+    assert figures["finished"] and figures["workers_alive"], explain
+    assert figures["turns_lost"] == [] and figures["sessions_missing_turns"] == [], explain
+    assert figures["metrics"] == len(SESSION_METRICS)
+    assert figures["window_sessions"] == figures["closing_lives"] * figures["metrics"], explain
