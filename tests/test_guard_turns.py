@@ -190,3 +190,28 @@ def test_a_prompt_carries_its_case_and_one_made_without_gives_its_fenced_turns()
     by_hand = dataclasses.replace(render_prompt(
         on_topic, case, scoring_mode="binary_yes_no", include_reasoning=False), case=None)
     assert list(guard_input(by_hand).turns) == TURNS["chat"][2:]
+
+
+async def test_a_guard_judges_a_session_as_its_conversation_the_latest_answer_last(guard):
+    """A session judgment on the worker's path: the guard reads the session's user
+    and assistant turns in order (never the fenced transcript), the latest answer
+    last; told the question that turns it, it flags the session."""
+    from guardrail.sessions.book import SessionHeader
+    from guardrail.sessions.gathering import SessionGathering
+    from guardrail.sessions.turns import Turn
+    from guardrail.stream.telemetry import Telemetry
+
+    said = [(EARLIER[0]["content"], EARLIER[1]["content"]), (QUESTION, ANSWER)]
+    turns = [Turn(turn_id=f"t{n}", started_ms=1_714_564_800_000 + n, user=user, answer=answer)
+             for n, (user, answer) in enumerate(said)]
+    settings = guard_settings(guard)
+    header = SessionHeader(session_id="chat-9", turns=2, judging_turns=2, status="idle")
+    case = SessionGathering(settings.sessions, Telemetry()).case("chat-9", header, turns)
+    records, _ = await judge_in_process(settings, [case])
+    assert sent(guard) == [TURNS["chat"]]
+    assert not any("TURN" in m["content"] for m in guard.requests[0]["messages"])
+    verdicts = {m["name"]: m["result"][0]["verdict"] for m in records["chat-9#2"]["metrics"]}
+    # One call judges the four session metrics: the session rubrics map to the
+    # guard's hazard categories (the latest answer, in the conversation's context).
+    assert verdicts == dict.fromkeys(
+        ("bias", "toxicity", "multi_turn_jailbreak", "conversation_harm"), "UNSAFE")
