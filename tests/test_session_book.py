@@ -175,3 +175,21 @@ def test_header_round_trip_and_garbage():
     assert SessionHeader.from_bytes(header.to_bytes()) == header
     with pytest.raises(ValueError, match="not a session header"):
         SessionHeader.from_bytes(b"[1]")
+
+
+def test_every_judgment_of_a_session_is_sampled_by_the_session_id():
+    from guardrail.models import Case
+    from guardrail.stream.envelope import InputMessage, Source
+    from guardrail.stream.sampling import Sampler, sample_id
+
+    def judgment(turns: int) -> InputMessage:
+        return InputMessage(case=Case(case_id=f"chat-3#{turns}", output="o"),
+                            session={"id": "chat-3", "turns": turns})
+
+    source = Source("app-session-turns", 0, 7)
+    assert {sample_id(judgment(n), source) for n in (3, 6, 9)} == {"chat-3"}
+    settings = Settings(sample_rate=0.5)
+    sampler = Sampler(settings.sampling, group_labels=settings.windows.group_labels,
+                      version_label=settings.windows.version_label, partitions=2)
+    decisions = {sampler.decide(judgment(n), source.at(n)) for n in range(1, 40)}
+    assert len(decisions) == 1  # the whole session in, or the whole session out
