@@ -6,9 +6,9 @@
   imported as ``guardrail.review.selection``.
 - :mod:`.queue` — who gets which item next: leases, skips, what is left.
 - :mod:`.auth` and :mod:`.access` — the users file, sessions, CSRF; who may write.
-- :mod:`.page` (with :mod:`.style`, :mod:`.marks`, and :mod:`.run_view` for agent
-  runs) and :mod:`.submit` — the ``/review`` page and the answers it takes; served by
-  :mod:`guardrail.agents.review`.
+- :mod:`.page` (with :mod:`.style`, :mod:`.marks`, :mod:`.run_view` for agent runs
+  and :mod:`.session_view` for sessions) and :mod:`.submit` — the ``/review`` page
+  and the answers it takes; served by :mod:`guardrail.agents.review`.
 """
 
 from .records import (CHOICES, SCHEMA_VERSION, LabelRecord, ReviewItem, ReviewMetric,

@@ -10,7 +10,9 @@ in Firefox), and Tab / arrow keys / Enter work as in any form::
 
 Every judged string is HTML-escaped piece by piece, with the evidence marked
 in place and control characters made visible (:mod:`.marks`). An agent run's
-item (one with a ``trajectory``) shows the run as its steps (:mod:`.run_view`).
+item (one with a ``trajectory``) shows the run as its steps (:mod:`.run_view`), a
+session judgment's (one with a ``session``) the conversation as its turns, the
+flagged ones marked (:mod:`.session_view`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .marks import MAX_MARKS, highlight, show as _show
 from .queue import Offer, Remaining
 from .records import ReviewItem, ReviewMetric
 from .run_view import render_run
+from .session_view import render_session
 from .style import CSS
 
 __all__ = ["Viewer", "render_item", "render_empty", "render_login", "render_message",
@@ -92,28 +95,39 @@ def _notices(flash: str | None, error: str | None) -> str:
     return out + (f'<p class="error" role="alert">{escape(error)}</p>' if error else "")
 
 
+def _whole(item: ReviewItem,
+           spans: list[tuple[str, str]]) -> tuple[str, str, set[str]] | None:
+    """``(field, html, found)`` of the field shown as its parts: a session's
+    transcript as its turns, else an agent run's trajectory as its steps."""
+    for name, render in (("session", render_session), ("trajectory", render_run)):
+        view = render(item, spans)
+        if view is not None:
+            return name, *view
+    return None
+
+
 def _fields(item: ReviewItem, metrics: tuple[ReviewMetric, ...]) -> tuple[str, set[str]]:
     spans = [(m.name, s) for m in metrics for s in m.evidence_spans]
-    run = render_run(item, spans)
+    whole = _whole(item, spans)
     parts, found = [], set()
     for name, text in item.fields.items():
-        if run is not None and name == "trajectory":
+        if whole is not None and name == whole[0]:
             continue
         body, seen = highlight(text, spans)
         found |= seen
         parts.append(f'<section class="field" data-field="{escape(name)}"><h3>{escape(name)} '
                      f'<span class="sub">{len(text):,} characters</span></h3>'
                      f'<div class="judged" dir="auto">{body}</div></section>')
-    if run is None:
+    if whole is None:
         return "".join(parts), found
-    # An agent run: its steps first. Its other fields (the final answer, the request,
-    # the conversation: the message rubrics' reading) follow folded, and open only
-    # when they hold evidence the steps do not.
-    steps, in_steps = run
-    names = ", ".join(escape(name) for name in item.fields if name != "trajectory")
-    others = (f'<details class="fields"{" open" if found - in_steps else ""}><summary>'
+    # A session or an agent run: its turns or steps first. Its other fields (the
+    # latest answer, the request, the conversation: the message rubrics' reading)
+    # follow folded, and open only when they hold evidence the whole does not.
+    shown, html, in_whole = whole
+    names = ", ".join(escape(name) for name in item.fields if name != shown)
+    others = (f'<details class="fields"{" open" if found - in_whole else ""}><summary>'
               f'Also judged: {names}</summary>{"".join(parts)}</details>') if parts else ""
-    return steps + others, found | in_steps
+    return html + others, found | in_whole
 
 
 def _meta(item: ReviewItem) -> str:

@@ -128,7 +128,7 @@ class ReviewItem(_Record):
     case_id: str = Field(description="The judged case's id (also the Kafka key).")
     fields: dict[str, str] = Field(description=(
         "The judged text by field name (output, input, context, reference, conversation, "
-        "and an agent run's trajectory)."))
+        "an agent run's trajectory, and a session's transcript as ``session``)."))
     metrics: tuple[ReviewMetric, ...] = Field(description="The metrics chosen for review.")
     labels: dict[str, str] = Field(default_factory=dict, description=(
         "The result's metadata labels (model, model_version, …)."))
@@ -137,6 +137,12 @@ class ReviewItem(_Record):
     run: dict[str, Any] | None = Field(default=None, description=(
         "An agent run's summary, as in its result (agent, agent_version, spans, "
         "tool_calls, models, status); null for a case that is no assembled run."))
+    session: dict[str, Any] | None = Field(default=None, description=(
+        "A session judgment's summary, its result's ``session`` block "
+        "([SessionSummary](#sessionsummary): id, turns, traces, first_turn_at, "
+        "last_turn_at, status, trigger, flagged_turns); null for a case that is no "
+        "session. The page shows the ``session`` field as its turns, the flagged ones "
+        "marked."))
     judge_model: str = Field(description="The configured judge model.")
     event_time_ms: int = Field(description="The result's event time, epoch ms.")
     judged_at: str = Field(default_factory=_now_iso, description=(
@@ -207,7 +213,7 @@ class LabelRecord(_Record):
         row: dict[str, Any] = {"case_id": self.case_id, "metric": self.metric,
                                "label": self.label}
         row.update({k: v for k, v in self.fields.items()
-                    if k in ("output", "input", "context", "reference", "trajectory")})
+                    if k in ("output", "input", "context", "reference", "trajectory", "session")})
         if self.note:
             row["note"] = self.note
         row.update({"reviewer": self.reviewer, "labelled_at": self.labelled_at,

@@ -19,7 +19,7 @@ collapsed unless the judge's evidence is in it; every piece is HTML-escaped.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -28,7 +28,8 @@ from ..runs.trajectory import neutralise
 from .marks import Mark, find_marks, highlight, show_range
 from .records import ReviewItem
 
-__all__ = ["Part", "parse_trajectory", "render_run", "OPEN_RESULT_CHARS"]
+__all__ = ["Part", "parse_trajectory", "render_run", "render_part", "summary_block",
+           "judged_section", "text_lines", "OPEN_RESULT_CHARS"]
 
 #: Tool results up to this long are shown open; longer ones start collapsed.
 OPEN_RESULT_CHARS = 600
@@ -56,7 +57,7 @@ class Part:
     label: str = ""
 
 
-def _lines(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+def text_lines(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
     """``(line_start, line_end)`` of each line in ``text[start:end]``."""
     pos = start
     while pos < end:
@@ -82,7 +83,7 @@ def _fenced(text: str) -> list[tuple[int, int]]:
     """``(start, end)`` of each tool result, fence marks included: only the renderer
     writes these marks, so they are found without reading anything else."""
     ranges, number, opened = [], None, 0
-    for line_start, line_end in _lines(text, 0, len(text)):
+    for line_start, line_end in text_lines(text, 0, len(text)):
         line = text[line_start:line_end]
         if number is None and (fence := _OPEN.fullmatch(line)):
             number, opened = int(fence.group(2)), line_start
@@ -131,7 +132,7 @@ def _middle(text: str, start: int, end: int, parts: list[Part]) -> None:
     """The steps between the request and the final answer, appended to ``parts``."""
     top = 0  # the highest step number so far: a step line must carry the next one
     fence: Part | None = None
-    for line_start, line_end in _lines(text, start, end):
+    for line_start, line_end in text_lines(text, start, end):
         line = text[line_start:line_end]
         if fence is not None:  # inside a tool result: only its own end mark ends it
             close = _CLOSE.fullmatch(line)
@@ -168,6 +169,18 @@ def _block(line: str, at: int, top: int, *, after_cut: bool) -> Part | None:
     return None
 
 
+def summary_block(rows: Sequence[tuple[str, Any]], tones: Mapping[str, str]) -> str:
+    """A run's or a session's summary above its text: ``rows`` of (name, value),
+    empty values left out; ``tones`` gives a row a class (``ok``, ``warn``)."""
+    cells = []
+    for name, value in rows:
+        if value in (None, ""):
+            continue
+        tone = f' class="{tones[name]}"' if name in tones else ""
+        cells.append(f"<dt>{escape(name)}</dt><dd{tone}>{escape(str(value))}</dd>")
+    return f'<dl class="meta run-block">{"".join(cells)}</dl>' if cells else ""
+
+
 def _run_block(run: Mapping[str, Any]) -> str:
     """The run's summary: agent and version, status, spans, tool calls, models."""
     status = str(run.get("status") or "")
@@ -176,17 +189,12 @@ def _run_block(run: Mapping[str, Any]) -> str:
             ("status", status), ("spans", run.get("spans")),
             ("tool calls", run.get("tool_calls")),
             ("models", ", ".join(map(str, models)) if isinstance(models, list) else models)]
-    cells = []
-    for name, value in rows:
-        if value in (None, ""):
-            continue
-        tone = f' class="{_STATUS_CLASS[status]}"' if name == "status" and \
-            status in _STATUS_CLASS else ""
-        cells.append(f"<dt>{name}</dt><dd{tone}>{escape(str(value))}</dd>")
-    return f'<dl class="meta run-block">{"".join(cells)}</dl>' if cells else ""
+    tones = {"status": _STATUS_CLASS[status]} if status in _STATUS_CLASS else {}
+    return summary_block(rows, tones)
 
 
-def _part(text: str, part: Part, marks: list[Mark]) -> str:
+def render_part(text: str, part: Part, marks: list[Mark]) -> str:
+    """One block of a trajectory (or of a session, :mod:`.session_view`) as HTML."""
     body = show_range(text, marks, part.start, max(part.end, part.start))
     indent = f' style="margin-left:{min(part.depth, _MAX_DEPTH) * 1.5}em"' if part.depth else ""
     if part.kind == "request":
@@ -216,11 +224,17 @@ def render_run(item: ReviewItem, spans: list[tuple[str, str]]) -> tuple[str, set
     if text is None or parts is None:
         return None
     marks, found = find_marks(text, spans)
-    steps = "".join(_part(text, part, marks) for part in parts)
+    steps = "".join(render_part(text, part, marks) for part in parts)
+    body = f'{_run_block(item.run or {})}<div class="steps" dir="auto">{steps}</div>'
+    return judged_section("run", "trajectory", "agent run", text, spans, body), found
+
+
+def judged_section(kind: str, field: str, title: str, text: str,
+                   spans: list[tuple[str, str]], body: str) -> str:
+    """A field shown as its parts (``body``: a run's steps, a session's turns), with
+    the text exactly as judged (``spans`` marked) one click away below it."""
     raw, _ = highlight(text, spans)
-    html = (f'<section class="run" data-field="trajectory"><h3>agent run '
-            f'<span class="sub">{len(text):,} characters judged as the trajectory</span></h3>'
-            f'{_run_block(item.run or {})}<div class="steps" dir="auto">{steps}</div>'
-            f'<details class="as-judged"><summary>The trajectory exactly as the judge read '
-            f'it</summary><div class="judged" dir="auto">{raw}</div></details></section>')
-    return html, found
+    return (f'<section class="{kind}" data-field="{field}"><h3>{title} '
+            f'<span class="sub">{len(text):,} characters judged as the {field}</span></h3>'
+            f'{body}<details class="as-judged"><summary>The {field} exactly as the judge '
+            f'read it</summary><div class="judged" dir="auto">{raw}</div></details></section>')

@@ -9,7 +9,8 @@ so a redelivered or replayed result chooses exactly what it chose before::
     item = review_item(case, metrics, rubrics, review=settings.review,
                        thresholds=settings.evaluation.verdict_thresholds,
                        judge_model="openai/gpt-4o-mini", event_time_ms=ms,
-                       labels={"model_version": "v2"}, run=message.run)  # a run: its block
+                       labels={"model_version": "v2"}, run=message.run,  # a run: its block
+                       session=message.session)  # a session judgment: its block
     item is None            # nothing of this result is for review
     item.metrics[0].rate    # the chance it had: agreement weighs it by 1 / rate
 """
@@ -27,7 +28,8 @@ from .settings import ReviewSettings
 
 __all__ = ["review_item", "review_choice"]
 
-_TEXT_FIELDS = ("output", "input", "context", "reference", "conversation", "trajectory")
+_TEXT_FIELDS = ("output", "input", "context", "reference", "conversation", "trajectory",
+                "session")
 
 
 def review_choice(case_id: str, result: MetricResult, *, review: ReviewSettings,
@@ -51,9 +53,11 @@ def review_item(case: Case, metrics: RedteamMetrics, rubrics: Sequence[MetricRub
                 review: ReviewSettings, thresholds: Mapping[str, float], judge_model: str,
                 event_time_ms: int, labels: Mapping[str, str] | None = None,
                 trace: Mapping[str, str] | None = None,
-                run: Mapping[str, Any] | None = None) -> ReviewItem | None:
+                run: Mapping[str, Any] | None = None,
+                session: Mapping[str, Any] | None = None) -> ReviewItem | None:
     """The review item of one judged result, or None when no metric of it is chosen;
-    ``run`` is an agent run's summary (the result's ``run`` block), shown above its steps."""
+    ``run`` is an agent run's summary (the result's ``run`` block), shown above its
+    steps, and ``session`` a session judgment's (its ``session`` block), above its turns."""
     case_id = case.case_id or ""
     by_name = {r.name: r for r in rubrics}
     chosen = []
@@ -68,8 +72,9 @@ def review_item(case: Case, metrics: RedteamMetrics, rubrics: Sequence[MetricRub
     fields = {name: text for name in _TEXT_FIELDS if (text := case.field_text(name))}
     return ReviewItem(case_id=case_id, fields=fields, metrics=tuple(chosen),
                       labels=dict(labels or {}), trace=dict(trace) if trace else None,
-                      run=dict(run) if run else None, judge_model=judge_model,
-                      event_time_ms=event_time_ms)
+                      run=dict(run) if run else None,
+                      session=dict(session) if session else None,
+                      judge_model=judge_model, event_time_ms=event_time_ms)
 
 
 def _metric(rubric: MetricRubric, result: MetricResult, threshold: float, slice_: Slice,

@@ -4,7 +4,8 @@
 
 The judged text sits left in a scrolling box (100 KB stays usable), the
 rubric and the choices right; one column below ~1,000 px. An agent run's steps
-are blocks indented by depth, tool calls tinted, tool results foldable.
+are blocks indented by depth, tool calls tinted, tool results foldable; a
+session's turns are boxes, a flagged one edged in red with a badge.
 """
 
 from __future__ import annotations
@@ -61,6 +62,20 @@ details.result summary { cursor: pointer; color: var(--muted); font: 12px system
   sans-serif; white-space: normal; }
 .result-text { border-top: 1px dashed var(--line); margin-top: 3px; padding-top: 3px; }
 .step mark, details.result mark { background: #fde68a; box-shadow: 0 0 0 1px #f59e0b; }
+.turn { border: 1px solid var(--line); border-left: 4px solid #cbd5e1; border-radius: 6px;
+  background: #fff; margin: 0 0 8px; padding: 4px 6px 6px; }
+.turn.flagged { border-color: #fca5a5; border-left-color: var(--bad); background: #fef2f2; }
+.turn-head { display: flex; flex-wrap: wrap; gap: 4px 10px; align-items: baseline;
+  font: 600 12px/1.6 system-ui, sans-serif; color: var(--muted); text-transform: uppercase;
+  letter-spacing: .03em; }
+.turn-head .sub { text-transform: none; letter-spacing: 0; }
+.flag { color: #fff; background: var(--bad); border-radius: 3px; padding: 0 6px; }
+.step.user { border-left-color: var(--accent); background: #eff6ff; }
+.step.answer { border-left-color: var(--ok); background: #f0fdf4; }
+.turn-steps { margin: 2px 0; padding: 2px 4px 2px 8px; border-left: 3px solid var(--warn); }
+.turn-steps > .tag, .step.user .tag, .step.answer .tag { font: 600 11px/1 system-ui,
+  sans-serif; text-transform: uppercase; letter-spacing: .03em; color: var(--muted); }
+.turn-steps > .tag { display: block; margin: 2px 0; }
 details.as-judged, details.fields { margin-top: 8px; }
 details.as-judged summary, details.fields summary { cursor: pointer; color: var(--muted);
   font-size: 12.5px; }

@@ -349,8 +349,8 @@ class MessageJudge:
         item = review_item(
             message.case, metrics, self.evaluator.effective_config(message.case).metrics,
             review=self.review, thresholds=self.evaluator.evaluation.verdict_thresholds,
-            judge_model=self.evaluator.judge.model, event_time_ms=event_ms,
-            labels=message.metadata, trace=message.trace, run=message.run)
+            judge_model=self.evaluator.judge.model, event_time_ms=event_ms, labels=message.metadata,
+            trace=message.trace, run=message.run, session=message.session)
         if item is None:
             return []
         self.telemetry.review_items.inc()
