@@ -68,11 +68,12 @@ Case3 = tuple["RawMessage", Source, InputMessage]
 
 
 class ResultExporter(Protocol):
-    """Somewhere else each judged result goes (``otlp_endpoint``): must not
-    block or raise (see :class:`guardrail.stream.otel_export.EvaluationExporter`)."""
+    """Somewhere else each judged result goes (``otlp_endpoint``), on the case's
+    span with its conversation: must not block or raise (see
+    :class:`guardrail.stream.otel_export.EvaluationExporter`)."""
 
-    def export(self, metrics: RedteamMetrics, trace: dict[str, str] | None, *, case_id: str,
-               event_time_ms: int | None) -> None: ...
+    def export_result(self, metrics: RedteamMetrics, message: InputMessage, *,
+                      event_time_ms: int | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -330,8 +331,7 @@ class MessageJudge:
                             headers=raw.source.headers)]
         self._count(metrics, message.metadata)
         if self.exporter is not None:
-            self.exporter.export(metrics, message.trace, case_id=message.case.case_id or "",
-                                 event_time_ms=event_ms)
+            self.exporter.export_result(metrics, message, event_time_ms=event_ms)
         if self.review is not None:
             records.extend(self._review(message, metrics, event_ms))
         if self.emit_judgments and counts_in_windows(message):
