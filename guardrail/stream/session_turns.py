@@ -19,14 +19,13 @@ from __future__ import annotations
 from ..models import RedteamMetrics
 from ..sessions.turns import Turn
 from .envelope import Headers, InputMessage
+from .events import UNIT_LABEL
 
 __all__ = ["turn_of", "turn_record_value", "TURN_HEADERS", "UNIT_LABEL", "counts_in_windows",
-           "window_labels"]
+           "window_labels", "message_unit"]
 
 #: Marks a record of the session-turns topic as a turn (other kinds: ticks, done).
 TURN_HEADERS: Headers = (("guardrail-session", b"turn"),)
-#: The group label that sets a session's window cells apart from its turns'.
-UNIT_LABEL = "unit"
 
 
 def turn_of(message: InputMessage, verdict: RedteamMetrics | None, *, event_ms: int) -> Turn:
@@ -53,7 +52,14 @@ def counts_in_windows(message: InputMessage) -> bool:
     return message.session is None or message.session.get("trigger") == "idle"
 
 
+def message_unit(message: InputMessage) -> str:
+    """What a judged case is: a ``session`` judgment, or a ``turn`` (an answer, an
+    agent run); the ``unit`` of its window cells and Prometheus series."""
+    return "turn" if message.session is None else "session"
+
+
 def window_labels(message: InputMessage, labels: dict[str, str]) -> dict[str, str]:
     """A case's group labels, with ``unit=session`` for a session judgment (a
     turn's cells keep the keys they always had)."""
-    return labels if message.session is None else {**labels, UNIT_LABEL: "session"}
+    unit = message_unit(message)
+    return labels if unit == "turn" else {**labels, UNIT_LABEL: unit}
