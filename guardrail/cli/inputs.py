@@ -94,9 +94,9 @@ def check_command(path: str | None, topic: str | None, limit: int, bootstrap_ser
             for source, item in decoded.items:
                 if isinstance(item, InputMessage):
                     sessions.add(item, source)
-    _show_runs(runs, as_json)
+    run_views = _show_runs(runs, as_json)
     if settings.sessions.session_judging:
-        for view in runs.views():  # each run is one turn of the conversation it names
+        for view in run_views:  # each run is one turn of the conversation it names
             sessions.add_run(view["case"])
         _show_sessions(sessions, as_json)
     sys.exit(1 if failed else 0)
@@ -183,14 +183,16 @@ def _show(where: str, decoded: DecodedRecord | BadInput, as_json: bool) -> int:
     return int(any("dlq" in case for case in cases))
 
 
-def _show_runs(runs: RunCollector, as_json: bool) -> None:
-    """The agent runs the records' spans assemble into, each as the worker judges it."""
+def _show_runs(runs: RunCollector, as_json: bool) -> list[dict[str, Any]]:
+    """The agent runs the records' spans assemble into, each as the worker judges
+    it; returns their views."""
     views = runs.views()
     if not as_json and views:
         click.echo(f"\n{len(views)} agent run(s) from these records (each judged once, as "
                    "one case; its verdict on the root span):")
     for view in views:
         click.echo(orjson.dumps({"run": view}).decode() if as_json else "\n" + run_text(view))
+    return views
 
 
 def _show_sessions(sessions: SessionCollector, as_json: bool) -> None:
