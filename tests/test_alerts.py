@@ -303,3 +303,16 @@ async def test_dispatch_does_not_wait_for_delivery():
     release.set()
     await dispatcher.drain()
     assert sent == [ALERT]
+
+
+async def test_the_alert_log_line_names_a_session_alerts_unit(caplog):
+    dispatcher = AlertDispatcher(webhook_url=None, timeout=1)
+    with caplog.at_level("WARNING", logger="guardrail.alerts"):
+        dispatcher.dispatch({"alert_id": "a" * 32, "kind": "regression", "metric": "toxicity",
+                             "group": {"model": "m", "unit": "session"}, "unit": "session",
+                             "reasons": ["unsafe rate 50.0% above 20.0%"]})
+        dispatcher.dispatch({"kind": "budget", "reasons": ["sampling less"]})
+        await dispatcher.drain()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ALERT")]
+    assert lines == ["ALERT toxicity {'model': 'm', 'unit': 'session'} unit: session: unsafe rate "
+                     "50.0% above 20.0%", "ALERT budget : sampling less"]

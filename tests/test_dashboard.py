@@ -350,3 +350,42 @@ def test_a_budget_alert_is_no_window_alert_and_no_problem(scenario):
                            version_label="model_version")
     assert not data.problems and "b1" not in {a.alert_id for a in data.alerts}
     assert len(data.alerts) == len(scenario.alerts)
+
+
+def test_session_cells_are_their_own_lines_and_rows_and_their_alerts_say_session():
+    """Cells of session judgments (unit=session) are a family of their own, never
+    joined to their turns'; the windows and alerts tables give every row its unit."""
+    turns = window_key("toxicity", {"model": "bot", "model_version": "v1"})
+    sessions = window_key("toxicity", {"model": "bot", "model_version": "v1", "unit": "session"})
+    bounds = (T0, T0 + WINDOW)
+    table = SimpleNamespace(data={(turns, bounds): {"total": 40, "unsafe": 2},
+                                  (sessions, bounds): {"total": 4, "unsafe": 2}})
+    alert = {"alert_id": "b" * 32, "kind": "regression", "metric": "toxicity",
+             "group": {"model": "bot", "model_version": "v1", "unit": "session"},
+             "unit": "session", "reasons": ["unsafe rate 50.0% above 20.0%"], "rate": 0.5,
+             "window": {"start": utc_iso(T0 * 1000), "end": utc_iso((T0 + WINDOW) * 1000)}}
+    data = build_dashboard(current_rates(table), [alert], window_seconds=WINDOW,
+                           version_label="model_version")
+    assert sorted((s.family, s.cells[0].unit, s.cells[0].rate)
+                  for s in data.series("toxicity")) == [
+        ("model=bot", "turn", 0.05), ("model=bot, unit=session", "session", 0.5)]
+    assert set(data.versions("toxicity")) == {"model=bot", "model=bot, unit=session"}
+    (shown,) = data.alerts
+    assert shown.unit == "session"
+    page = Elements(render_page(data, PageContext()))
+    assert _column(page, "alerts", "unit") == ["session"]
+    assert sorted(_column(page, "windows", "unit")) == ["session", "turn"]
+
+
+def _column(page: Elements, table: str, name: str) -> list[str]:
+    """The cells of one column of the page's table of class ``table``."""
+    start = next(i for i, e in enumerate(page.found)
+                 if e[0] == "table" and e[1].get("class") == table)
+    end = next((i for i, e in enumerate(page.found[start + 1:], start + 1) if e[0] == "table"),
+               len(page.found))
+    header = ["".join(e[2]) for e in page.found[start:end] if e[0] == "th"]
+    rows = [e for e in page.found[start:end] if e[0] == "tr"][1:]
+    cells = ["".join(e[2]).strip() for e in page.found[start:end] if e[0] == "td"]
+    width = len(cells) // len(rows)
+    assert width == len(header)
+    return cells[header.index(name)::width]

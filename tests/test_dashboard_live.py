@@ -173,9 +173,10 @@ def test_the_alert_is_marked_where_it_fired_and_listed(page, live):
     expect(row).to_have_count(1)
     expect(row).to_contain_text("toxicity")
     expect(row).to_contain_text("support-bot")
-    expect(row.locator("td").nth(3)).to_have_text("v2")
+    expect(row.locator("td").nth(3)).to_have_text("turn")  # the unit: answers
+    expect(row.locator("td").nth(4)).to_have_text("v2")
     start = live.alert["window"]["start"][11:16]  # HH:MM, as the page shows it
-    expect(row.locator("td").nth(4)).to_contain_text(start)
+    expect(row.locator("td").nth(5)).to_contain_text(start)
 
 
 def test_versions_side_by_side_coverage_errors_and_spend(page, live):

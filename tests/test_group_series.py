@@ -114,3 +114,51 @@ async def test_message_judge_counts_each_result_under_its_group_with_the_setting
     rates = {(labels["metric"], labels["model_version"]): value
              for labels, value in _samples(telemetry, "guardrail_unsafe_rate")}
     assert rates[("toxicity", "v1")] == 1.0 and rates[("toxicity", "v0")] == 0.0
+
+
+def test_session_judgments_have_series_of_their_own_under_unit_session():
+    """unit="turn" on every answer's series (as before, one label more); a session
+    judgment counts under unit="session", also when its group is folded, and its
+    verdict series start at 0 with its first count."""
+    telemetry = Telemetry()
+    telemetry.expect_metrics(["toxicity"])
+    series = telemetry.groups
+    series.max_groups = 1
+    turn = series.group_of({"model": "bot", "model_version": "v2"})
+    session = series.group_of({"model": "bot", "model_version": "v2"}, unit="session")
+    series.count("toxicity", "safe", turn)
+    series.count("toxicity", "unsafe", session)
+    late = {"model": "bot", "model_version": "v3"}  # beyond max_groups: folded
+    series.count("toxicity", "unsafe", series.group_of(late, unit="session"))
+    series.count("toxicity", "safe", series.group_of(late))
+    assert series.groups == 1 and _folded(telemetry) == 1
+    counts = {(labels["model_version"], labels["unit"], labels["verdict"]): value
+              for labels, value in _samples(telemetry, "guardrail_judgments_total")}
+    assert counts == {("v2", "turn", "safe"): 1, ("v2", "turn", "unsafe"): 0,
+                      ("v2", "turn", "error"): 0, ("v2", "session", "unsafe"): 1,
+                      ("v2", "session", "safe"): 0, ("v2", "session", "error"): 0,
+                      ("other", "session", "unsafe"): 1, ("other", "turn", "safe"): 1}
+    rates = {(labels["model_version"], labels["unit"]): value
+             for labels, value in _samples(telemetry, "guardrail_unsafe_rate")}
+    assert rates == {("v2", "turn"): 0.0, ("v2", "session"): 1.0, ("other", "session"): 1.0,
+                     ("other", "turn"): 0.0}
+
+
+async def test_message_judge_counts_a_session_judgment_under_unit_session(make_settings):
+    settings = make_settings()
+    evaluator = Evaluator(LLMJudge(settings.judge), evaluation=settings.evaluation)
+    telemetry = Telemetry()
+    judge = MessageJudge.from_settings(evaluator, settings, telemetry=telemetry)
+    session = {"id": "chat-7", "turns": 3, "traces": 3, "status": "open", "trigger": "every_n"}
+    try:
+        await judge.process([RawMessage(orjson.dumps(case), Source("in", 0, i))
+                             for i, case in enumerate([
+                                 {"case_id": "t3", "conversation_id": "chat-7",
+                                  "output": "glad to help", "metadata": {"model": "bot"}},
+                                 {"case_id": "chat-7#3", "output": "glad to help",
+                                  "metadata": {"model": "bot"}, "session_block": session}])])
+    finally:
+        await evaluator.aclose()
+    units = {labels["unit"] for labels, value in _samples(telemetry, "guardrail_judgments_total")
+             if value and labels["model"] == "bot"}
+    assert units == {"turn", "session"}

@@ -158,7 +158,7 @@ def test_the_series_rules_and_panels_rate_over_exist_at_zero_before_the_first_co
     group = telemetry.groups.group_of({"model": "bot", "model_version": "v2"})
     telemetry.groups.count("toxicity", "safe", group)
     text = telemetry.render().decode()
-    labels = 'model="bot",model_version="v2",prompt_version="-"'
+    labels = 'model="bot",model_version="v2",prompt_version="-",unit="turn"'
     for sample in (f'guardrail_judgments_total{{metric="toxicity",{labels},verdict="unsafe"}} 0.0',
                    f'guardrail_judgments_total{{metric="toxicity",{labels},verdict="error"}} 0.0',
                    f'guardrail_judgments_total{{metric="toxicity",{labels},verdict="safe"}} 1.0',

@@ -1,6 +1,7 @@
 """Verdicts go back into tracing as OTLP ``gen_ai.evaluation.result`` log
 records: the real SDK pipeline and OTLP/HTTP exporter against a small OTLP
-receiver on loopback, and an endpoint that is down, refusing or hanging."""
+receiver on loopback, and an endpoint that is down, refusing or hanging; a
+conversation's verdicts carry its id, a session's go on its latest turn."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import gzip
 import time
 
+import orjson
 import pytest
 from aiohttp import web
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (ExportLogsServiceRequest,
@@ -15,8 +17,17 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (ExportLogsSe
 from opentelemetry.sdk.trace import TracerProvider
 
 from guardrail._processes import free_port
-from guardrail.models import CostEstimate, JudgeVerdict, MetricResult, RedteamMetrics
-from guardrail.stream.otel_export import EVENT_NAME, EvaluationExporter, logs_url
+from guardrail.evaluate import Evaluator
+from guardrail.judges.llm import LLMJudge
+from guardrail.models import Case, CostEstimate, JudgeVerdict, MetricResult, RedteamMetrics
+from guardrail.sessions.book import SessionHeader
+from guardrail.sessions.gathering import SessionGathering
+from guardrail.sessions.settings import SessionSettings
+from guardrail.sessions.turns import Turn
+from guardrail.stream.envelope import InputMessage, Source
+from guardrail.stream.otel_export import (EVENT_NAME, EvaluationExporter,
+                                          conversation_attributes, logs_url)
+from guardrail.stream.processing import MessageJudge, RawMessage
 from guardrail.stream.telemetry import Telemetry
 
 TRACE = {"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "span_id": "00f067aa0ba902b7"}
@@ -199,3 +210,76 @@ async def test_a_full_queue_drops_and_counts_instead_of_waiting():
     assert _count(telemetry, "guardrail_otlp_dropped_records_total", reason="queue_full") == 2
     await exporter.aclose(timeout_s=3.0)
     assert _count(telemetry, "guardrail_otlp_dropped_records_total", reason="export_failed") == 2
+
+
+def _turn(number: int) -> Turn:
+    """Turn ``number`` of conversation chat-7, each in its own trace."""
+    return Turn(turn_id=f"t{number}", started_ms=1_700_000_000_000 + number * 1000,
+                user=f"Question {number}?", answer=f"Answer {number}.",
+                trace_id=f"{number:032x}", span_id=f"{number:016x}",
+                metadata={"model_version": "v4"})
+
+
+def _session_judgment(turns: list[Turn]) -> bytes:
+    """The case the session assembler judges after ``turns`` (trigger every_n)."""
+    gathering = SessionGathering(SessionSettings(), Telemetry())
+    header = SessionHeader.new("chat-7", now_ms=0)
+    for turn in turns:
+        gathering.add(header, turn, now_ms=0, size=100)
+    header.status = "every_n"
+    gathering.start(header)
+    return orjson.dumps(gathering.case("chat-7", header, turns))
+
+
+async def test_conversations_are_findable_from_their_turns_and_latest_trace(
+        receiver, make_settings):
+    """Through the worker's MessageJudge: a turn's events carry its conversation id;
+    a session judgment's go on its latest turn's span with the session block."""
+    settings = make_settings(judge_max_retries=0)
+    turns = [_turn(n) for n in (1, 2, 3)]
+    exporter = EvaluationExporter(endpoint=receiver.url)
+    evaluator = Evaluator(LLMJudge(settings.judge), evaluation=settings.evaluation)
+    judge = MessageJudge.from_settings(evaluator, settings, exporter=exporter)
+    turn_case = {"case_id": "t3", "conversation_id": "chat-7", "input": "Question 3?",
+                 "output": "Answer 3.", "trace": {"trace_id": turns[2].trace_id,
+                                                  "span_id": turns[2].span_id}}
+    batch = [RawMessage(value, Source("in", 0, i, timestamp_ms=1_700_000_000_000))
+             for i, value in enumerate([orjson.dumps(turn_case), _session_judgment(turns),
+                                        orjson.dumps({"case_id": "solo", "output": "Hi"})])]
+    await judge.process(batch)
+    await evaluator.aclose()
+    await exporter.aclose()
+
+    by_case: dict[str, list] = {}
+    for _, record in receiver.records():
+        by_case.setdefault(_attrs(record)["guardrail.case_id"], []).append(record)
+    assert set(by_case) == {"t3", "chat-7#3", "solo"}
+    for record in by_case["t3"]:
+        assert record.span_id == bytes.fromhex(turns[2].span_id)
+        assert _attrs(record)["gen_ai.conversation.id"] == "chat-7"
+        assert not [key for key in _attrs(record) if key.startswith("guardrail.session.")]
+    assert {_attrs(r)["gen_ai.evaluation.name"] for r in by_case["chat-7#3"]} >= {
+        "multi_turn_jailbreak", "conversation_harm"}
+    for record in by_case["chat-7#3"]:  # on the latest turn's span, in its trace
+        assert record.trace_id == bytes.fromhex(turns[-1].trace_id)
+        assert record.span_id == bytes.fromhex(turns[-1].span_id)
+        attrs = _attrs(record)
+        assert {key: attrs[key] for key in attrs if "session" in key or "conversation" in key
+                } == {"gen_ai.conversation.id": "chat-7", "guardrail.session.trigger": "every_n",
+                      "guardrail.session.status": "open", "guardrail.session.turns": 3,
+                      "guardrail.session.traces": 3}
+    assert all("gen_ai.conversation.id" not in _attrs(r) for r in by_case["solo"])
+
+
+def test_conversation_attributes_of_a_message():
+    plain = InputMessage(case=Case(output="Hi"))
+    assert conversation_attributes(plain) == {}
+    turn = InputMessage(case=Case(output="Hi"), session_id="chat-7")
+    assert conversation_attributes(turn) == {"gen_ai.conversation.id": "chat-7"}
+    closed = InputMessage(case=Case(output="Hi"), session={
+        "id": "chat-7", "turns": 4, "traces": 2, "status": "truncated", "trigger": "idle",
+        "flagged_turns": [2]})
+    assert conversation_attributes(closed) == {
+        "gen_ai.conversation.id": "chat-7", "guardrail.session.trigger": "idle",
+        "guardrail.session.status": "truncated", "guardrail.session.turns": 4,
+        "guardrail.session.traces": 2}

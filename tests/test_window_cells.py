@@ -45,11 +45,11 @@ def test_the_newest_record_of_a_cell_wins_and_rows_have_the_rates_shape():
     for key, value in ((KEY, FIRST), (OTHER_KEY, OTHER), (KEY, LAST)):
         cells.apply(key, value)
     assert cells.rows(now=NOW) == [
-        {"metric": "toxicity", "group": "model=m,model_version=v1,prompt_version=-",
+        {"metric": "toxicity", "group": "model=m,model_version=v1,prompt_version=-", "unit": "turn",
          "window_start": "2026-11-23T10:20:00.000+00:00",
          "window_end": "2026-11-23T10:25:00.000+00:00",
          "seen": 6, "total": 6, "unsafe": 1, "errors": 0, "unsafe_rate": 1 / 6},
-        {"metric": "bias", "group": "model=m,model_version=v1,prompt_version=-",
+        {"metric": "bias", "group": "model=m,model_version=v1,prompt_version=-", "unit": "turn",
          "window_start": "2026-11-23T10:20:00.000+00:00",
          "window_end": "2026-11-23T10:25:00.000+00:00",
          "seen": 6, "total": 6, "unsafe": 0, "errors": 0, "unsafe_rate": 0.0}]
@@ -143,3 +143,24 @@ def test_the_changelog_topic_is_named_as_faust_names_the_window_table_changelog(
     assert table.name == TABLE_NAME
     assert table.changelog_topic.get_topic_name() == changelog_topic("fleet-x") \
         == "fleet-x-window-counts-changelog"
+
+
+def test_a_session_cell_is_a_row_of_its_own_with_unit_session_in_both_views():
+    """/rates (the group's rows and a worker's own) and ``guardrail rates`` show the
+    unit of every cell: ``session`` for the cells of session judgments (the
+    group label unit=session), ``turn`` for the rest; never summed together."""
+    session_key = KEY.replace(b'prompt_version=-"', b'prompt_version=-,unit=session"')
+    cells = _cells()
+    cells.apply(KEY, LAST)
+    cells.apply(session_key, OTHER)
+    rows = cells.rows(now=NOW)
+    assert [(r["group"], r["unit"], r["total"], r["unsafe"]) for r in rows] == [
+        ("model=m,model_version=v1,prompt_version=-,unit=session", "session", 6, 0),
+        ("model=m,model_version=v1,prompt_version=-", "turn", 6, 1)]
+    labels = {"model": "m", "model_version": "v1", "prompt_version": "-"}
+    bounds = (1795429200.0, 1795429499.9)
+    table = type("Table", (), {"data": {
+        (window_key("toxicity", labels), bounds): {"total": 6, "unsafe": 1, "errors": 0},
+        (window_key("toxicity", {**labels, "unit": "session"}), bounds):
+            {"total": 6, "unsafe": 0, "errors": 0}}})
+    assert current_rates(table) == rows

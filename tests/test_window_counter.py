@@ -205,3 +205,26 @@ def test_an_unreadable_item_is_skipped_and_its_bundle_still_counts():
     assert counter.windowed.cells["toxicity|model=m"]["total"] == 2
     assert counter.telemetry.unknown_records.labels(
         topic="judgments", kind="judgment", schema_version="5")._value.get() == 1
+
+
+def test_a_session_cell_is_its_own_and_its_alert_says_unit_session():
+    """Session judgments (group label unit=session) count in cells of their own,
+    never in their turns'; an alert on one names its unit, as a turn's does."""
+    rules = [{"metric": "toxicity", "max_unsafe_rate": 0.2, "min_judgments": 5,
+              "baseline_windows": 0, "cooldown_seconds": 900}]
+    counter = _counter(alert_rules=rules)
+    session = {"model": "m", "unit": "session"}
+    for offset in range(6):
+        counter.apply(_judgment(offset, "unsafe", group=session), 1000.0)
+        counter.apply(_judgment(offset, "unsafe" if offset == 0 else "safe", partition=1),
+                      1000.0)
+    cells = counter.windowed.cells
+    assert (cells["toxicity|model=m,unit=session"]["total"], cells["toxicity|model=m"]["total"]
+            ) == (6, 6)
+    (alert,) = counter.dispatcher.alerts  # the turns' 1 of 6 stays under 20 %
+    assert (alert["group"], alert["unit"]) == (session, "session")
+    assert alert["counts"]["unsafe"] == 5 and alert["rate"] == 1.0
+    turns = _counter(alert_rules=rules)
+    for offset in range(6):
+        turns.apply(_judgment(offset, "unsafe"), 1000.0)
+    assert turns.dispatcher.alerts[0]["unit"] == "turn"

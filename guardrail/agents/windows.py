@@ -25,7 +25,7 @@ from ..settings import AlertRule, WindowSettings
 from ..stream.alerts import AlertDispatcher, Cooldown, WindowCounts, check_rule, rule_for
 from ..stream.envelope import utc_iso
 from ..stream.events import (JudgmentEvent, UnknownEvent, decode_events, mark_position,
-                             mark_value, window_key)
+                             mark_value, unit_of, window_key)
 from ..stream.telemetry import Telemetry
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ class WindowCounter:
         start, end = window_bounds(timestamp, self.windows.window_seconds)
         alert = {
             "alert_id": uuid.uuid4().hex, "kind": "regression", "metric": event.metric,
-            "group": event.group, "reasons": reasons,
+            "group": event.group, "unit": unit_of(event.group), "reasons": reasons,
             "window": {"start": utc_iso(start * 1000), "end": utc_iso(end * 1000)},
             # The rules read judged counts; seen tells how much was sampled.
             "counts": {"total": counts.total, "unsafe": counts.unsafe, "errors": counts.errors,

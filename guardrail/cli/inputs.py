@@ -14,6 +14,12 @@ agent runs are not cases of their own: after the records, it shows the runs they
 assemble into (:mod:`.inputs_runs`): spans per run, whether its root came, the
 status it would get, its rendered trajectory (``--json``: the whole run case).
 
+With sessions on (``session_judging``, the default), it then lists the sessions
+the cases carrying a conversation id assemble into (:mod:`.inputs_sessions`; an
+agent run is one turn): per session its id, turns, traces, first and last turn
+time, model versions, turn ids and the transcript the judge reads (``--json``:
+the whole session case), and how many cases carry no conversation id.
+
 Exit code 0 when every record decoded (cases or a counted skip), 1 when some
 record would go to the DLQ, 2 for usage and settings errors.
 """
@@ -36,6 +42,7 @@ from ..settings import Settings
 from ..stream.envelope import BadInput, DecodedRecord, InputMessage, Source, decode_record
 from .batch import input_format_options, settings_from_flags, settings_options
 from .inputs_runs import RunCollector, run_text, span_counts
+from .inputs_sessions import SessionCollector, session_text, sessions_heading
 
 __all__ = ["inputs_group"]
 
@@ -54,17 +61,21 @@ def inputs_group() -> None:
               help="Records to check.")
 @click.option("--bootstrap-servers", help="Kafka bootstrap servers (with --topic).")
 @click.option("--json", "as_json", is_flag=True,
-              help="One JSON line per record, then one per agent run.")
+              help="One JSON line per record, then one per agent run and per session.")
 @click.option("--agent-runs/--no-agent-runs", default=None,
               help="With --input-format otlp: assemble the spans of agent runs into runs, as "
                    "the worker does (setting agent_runs, on by default).")
+@click.option("--sessions/--no-sessions", "session_judging", default=None,
+              help="List the sessions the cases with a conversation id assemble into, as "
+                   "the worker does (setting session_judging, on by default).")
 @input_format_options
 @settings_options
 def check_command(path: str | None, topic: str | None, limit: int, bootstrap_servers: str | None,
                   as_json: bool, **flags: Any) -> None:
     """Show the cases each record yields (PATH: JSON, JSON Lines, or one OTLP
     protobuf message), or why it yields none; with OTLP input, then the agent
-    runs the records' spans assemble into."""
+    runs the records' spans assemble into; then the sessions of the cases that
+    carry a conversation id."""
     if (path is None) == (topic is None):
         raise click.UsageError("give a file PATH or --topic, not both")
     settings = settings_from_flags(bootstrap_servers=bootstrap_servers, **flags)
@@ -72,6 +83,7 @@ def check_command(path: str | None, topic: str | None, limit: int, bootstrap_ser
     records = (_file_records(Path(path), settings, decode) if path is not None
                else _topic_records(settings, topic or "", limit, decode))
     runs = RunCollector(settings.runs)
+    sessions = SessionCollector(settings.sessions, version_label=settings.windows.version_label)
     failed = 0
     for index, (where, decoded) in enumerate(records):
         if index >= limit:
@@ -79,7 +91,14 @@ def check_command(path: str | None, topic: str | None, limit: int, bootstrap_ser
         failed += _show(where, decoded, as_json)
         if isinstance(decoded, DecodedRecord):
             runs.add(decoded.run_spans)
-    _show_runs(runs, as_json)
+            for source, item in decoded.items:
+                if isinstance(item, InputMessage):
+                    sessions.add(item, source)
+    run_views = _show_runs(runs, as_json)
+    if settings.sessions.session_judging:
+        for view in run_views:  # each run is one turn of the conversation it names
+            sessions.add_run(view["case"])
+        _show_sessions(sessions, as_json)
     sys.exit(1 if failed else 0)
 
 
@@ -164,14 +183,34 @@ def _show(where: str, decoded: DecodedRecord | BadInput, as_json: bool) -> int:
     return int(any("dlq" in case for case in cases))
 
 
-def _show_runs(runs: RunCollector, as_json: bool) -> None:
-    """The agent runs the records' spans assemble into, each as the worker judges it."""
+def _show_runs(runs: RunCollector, as_json: bool) -> list[dict[str, Any]]:
+    """The agent runs the records' spans assemble into, each as the worker judges
+    it; returns their views."""
     views = runs.views()
     if not as_json and views:
         click.echo(f"\n{len(views)} agent run(s) from these records (each judged once, as "
                    "one case; its verdict on the root span):")
     for view in views:
         click.echo(orjson.dumps({"run": view}).decode() if as_json else "\n" + run_text(view))
+    return views
+
+
+def _show_sessions(sessions: SessionCollector, as_json: bool) -> None:
+    """The sessions the turns assemble into, and the cases of no conversation;
+    nothing when no case carries a conversation id."""
+    views = sessions.views()
+    if not views:
+        return
+    if as_json:
+        for view in views:
+            click.echo(orjson.dumps({"session": view}).decode())
+        click.echo(orjson.dumps({"without_session": sessions.without_session}).decode())
+        return
+    click.echo("\n" + sessions_heading(len(views), sessions.settings))
+    for view in views:
+        click.echo("\n" + session_text(view))
+    click.echo(f"\n{sessions.without_session} case(s) without a conversation id (judged as "
+               "turns only)")
 
 
 def _case_view(source: Source, item: InputMessage | BadInput) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from ..runs.case import NO_FINAL_ANSWER, root_span, run_case
 from ..runs.settings import RunSettings
 from ..runs.spans import RunSpan
 
-__all__ = ["RunCollector", "run_text", "span_counts"]
+__all__ = ["RunCollector", "run_text", "span_counts", "printable"]
 
 #: C0 and C1 controls but newline and tab: a tool result could hold terminal
 #: escape sequences; they are printed as escapes, not sent to the terminal.
@@ -87,7 +87,8 @@ def span_counts(run_spans: Iterable[RunSpan]) -> dict[str, int]:
     return counts
 
 
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
+    """``text`` with control characters as escapes (newline and tab kept)."""
     return _CONTROLS.sub(lambda m: repr(m.group())[1:-1], text)
 
 
@@ -111,5 +112,5 @@ def run_text(view: dict[str, Any]) -> str:
              f"agent_version={run.get('agent_version') or '-'}  "
              f"tool_calls={run['tool_calls']}  models={','.join(run['models']) or '-'}",
              f"  trajectory ({len(case['trajectory']):,} chars):"]
-    lines.extend("    | " + line for line in _printable(case["trajectory"]).split("\n"))
-    return "\n".join(_printable(line) for line in lines)
+    lines.extend("    | " + line for line in printable(case["trajectory"]).split("\n"))
+    return "\n".join(printable(line) for line in lines)

@@ -2,11 +2,14 @@
 
     print(rates_table(cells.rows()))
 
-    metric    group                     window (UTC)            seen  total  unsafe  errors   rate
-    toxicity  model=m,model_version=v2  2026-11-23 10:20–10:25   160     40      12       0  30.0%
+    metric    group                 unit     window (UTC)            seen  total  unsafe  …   rate
+    toxicity  model=m               turn     2026-11-23 10:20–10:25   160     40      12  …  30.0%
+    toxicity  model=m,unit=session  session  2026-11-23 10:20–10:25    12     12       1  …   8.3%
 
 ``seen`` counts every message of the window, ``total`` the judged ones
-(sampling judges a share; the rate is over the judged).
+(sampling judges a share; the rate is over the judged). ``unit`` says what a
+row counts: ``turn`` (answers and agent runs) or ``session`` (conversations,
+once each, from the group label ``unit=session``); the two are separate rows.
 
 When reviewers have labelled some of the window's results (the labels topic
 of the review queue), ``rates_table(rows, agreement)`` adds the judge's
@@ -23,10 +26,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from ..stream.events import labels_of, unit_of
+
 __all__ = ["rates_table"]
 
-_HEADER = ("metric", "group", "window (UTC)", "seen", "total", "unsafe", "errors", "rate")
-_NUMERIC = {3, 4, 5, 6, 7}  # right-aligned columns
+_HEADER = ("metric", "group", "unit", "window (UTC)", "seen", "total", "unsafe", "errors",
+           "rate")
+_NUMERIC = {4, 5, 6, 7, 8}  # right-aligned columns
 
 
 _AGREEMENT_HEADER = ("reviewed", "precision", "recall", "corrected")
@@ -69,7 +75,9 @@ def _line(row: dict[str, Any]) -> tuple[str, ...]:
     window = _window_text(row["window_start"], row["window_end"])
     # A row without "seen" (from before sampling) judged all it saw.
     seen = row.get("seen", row["total"])
-    return (row["metric"], row["group"] or "-", window, str(seen), str(row["total"]),
+    # A row without "unit" (from before sessions) reads it from its group.
+    unit = row.get("unit") or unit_of(labels_of(row["group"]))
+    return (row["metric"], row["group"] or "-", unit, window, str(seen), str(row["total"]),
             str(row["unsafe"]), str(row["errors"]), _rate_text(row["unsafe_rate"]))
 
 

@@ -21,6 +21,11 @@ The newest record of a key is the cell::
 
 Only the counts are kept (not the examples or duplicate marks), so a cell
 costs a few dozen bytes.
+
+A row's ``unit`` says what its cell counts: ``session`` for a group with the
+label ``unit=session`` (session judgments, once per session), else ``turn``
+(answers and agent runs, whose groups have no such label): the two are always
+separate cells, never summed.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import orjson
 
 from ..stream.alerts import WindowCounts
 from ..stream.envelope import utc_iso
-from ..stream.events import parse_window_key
+from ..stream.events import labels_of, parse_window_key, unit_of
 
 __all__ = ["WINDOW_TABLE", "changelog_topic", "ChangelogRecordError", "Cell", "decode_record",
            "window_row", "sort_rows", "stale_before", "live_horizon_seconds", "WindowCells"]
@@ -118,9 +123,11 @@ def _is_count(value: Any) -> bool:
 
 
 def window_row(window: str, start: float, end: float, counts: WindowCounts) -> dict[str, Any]:
-    """One ``/rates`` row: a window cell as JSON-ready values."""
+    """One ``/rates`` row: a window cell as JSON-ready values (``unit``: ``turn``
+    or ``session``, read from the group)."""
     metric, group = parse_window_key(window)
-    return {"metric": metric, "group": group, "window_start": utc_iso(start * 1000),
+    return {"metric": metric, "group": group, "unit": unit_of(labels_of(group)),
+            "window_start": utc_iso(start * 1000),
             "window_end": utc_iso(round(end) * 1000), "seen": counts.seen,
             "total": counts.total, "unsafe": counts.unsafe, "errors": counts.errors,
             "unsafe_rate": counts.rate}

@@ -163,6 +163,12 @@ The `_created` series are prometheus_client's; a worker started with
 values listed in parentheses exist from the start at 0 (so a rate sees the first
 increase); others appear with their first count.
 
+The per-group series (`guardrail_judgments_total`, `guardrail_unsafe_rate`)
+carry `unit`: `turn` for answers and agent runs, `session` for the judgments
+of whole conversations. Select `unit="turn"` (or `unit!="session"`, which
+also matches series from workers before sessions) to count answers alone;
+summing over `unit` adds the two.
+
 {_families_table(families)}
 
 {_rules_section(rules)}"""

@@ -65,7 +65,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     ]},
     "regression-alert": {
         "alert_id": "14cd63d59b9549f8937352148042e18a", "kind": "regression",
-        "metric": "toxicity", "group": _GROUP,
+        "metric": "toxicity", "group": _GROUP, "unit": "turn",
         "reasons": ["regression vs baseline: 30.0% vs 3.0% (one-sided p=1.2e-09 < 0.01)"],
         "window": {"start": "2024-05-01T12:00:00.000+00:00",
                    "end": "2024-05-01T12:05:00.000+00:00"},

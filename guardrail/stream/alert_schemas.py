@@ -104,6 +104,9 @@ class RegressionAlert(MetricAlert):
 
     kind: Literal["regression"]
     """The alert kind."""
+    unit: Literal["turn", "session"]
+    """What the window counts: ``turn`` (answers and agent runs), or ``session``
+    (conversations, once each: the group carries ``unit=session``)."""
     counts: WindowTotals
     """The window's counts."""
     rate: float | None

@@ -167,8 +167,9 @@ class AlertDispatcher:
 
     def dispatch(self, alert: dict[str, Any]) -> None:
         self._recent.append(alert)
-        log.warning("ALERT %s %s: %s", alert.get("metric") or alert.get("kind"),
-                    alert.get("group", ""), "; ".join(alert.get("reasons", [])))
+        unit = f" unit: {alert['unit']}" if "unit" in alert else ""  # sessions or turns
+        log.warning("ALERT %s %s%s: %s", alert.get("metric") or alert.get("kind"),
+                    alert.get("group", ""), unit, "; ".join(alert.get("reasons", [])))
         task = asyncio.ensure_future(self._deliver(alert))
         self._tasks[task] = alert
         task.add_done_callback(self._forget)

@@ -40,7 +40,14 @@ from .envelope import Source
 
 __all__ = ["JudgmentEvent", "MalformedEvent", "UnknownEvent", "Status", "window_key",
            "partition_key", "parse_window_key", "mark_value", "mark_position", "KIND",
-           "SCHEMA_VERSION", "BUNDLE_KIND", "encode_bundle", "decode_events"]
+           "SCHEMA_VERSION", "BUNDLE_KIND", "encode_bundle", "decode_events", "labels_of",
+           "UNIT_LABEL", "UNITS", "unit_of"]
+
+#: The group label that sets a session's window cells apart from its turns'
+#: (:mod:`.session_turns`); a cell without it counts turns.
+UNIT_LABEL = "unit"
+#: What a window cell counts: answers (turns, agent runs) or whole conversations.
+UNITS = ("turn", "session")
 
 #: ``not_sampled``: the message was seen but not judged (added with sampling;
 #: a counter from before sampling skipped it as malformed). The statuses of
@@ -117,6 +124,34 @@ def partition_key(metric: str, labels: dict[str, str], version_label: str) -> st
     group's versions share a partition and can be compared with each other."""
     family = {k: v for k, v in labels.items() if k != version_label}
     return window_key(metric, family)
+
+
+def labels_of(group: str) -> dict[str, str]:
+    """``"model=m,model_version=v1"`` → ``{"model": "m", "model_version": "v1"}``.
+
+    Labels are not escaped in window keys, so a value holding ',' or '=' reads
+    back split; the text is only ever shown, never used to look a window up."""
+    labels: dict[str, str] = {}
+    for part in group.split(",") if group else []:
+        key, sep, value = part.partition("=")
+        if sep:
+            labels[key] = value
+        elif labels:  # a ',' inside the previous value
+            last = next(reversed(labels))
+            labels[last] += "," + part
+        else:
+            labels[part] = ""
+    return labels
+
+
+def unit_of(labels: dict[str, str]) -> str:
+    """What a group's window cells count: ``session`` for the ``unit=session``
+    cells of session judgments, else ``turn`` (cells without the label)::
+
+        unit_of({"model": "m"})                     # 'turn'
+        unit_of(labels_of("model=m,unit=session"))  # 'session'
+    """
+    return "session" if labels.get(UNIT_LABEL) == "session" else "turn"
 
 
 def parse_window_key(key: str) -> tuple[str, str]:

@@ -8,6 +8,7 @@ so a backend shows the verdict on that span::
                                   service_name="guardrail", judge_model="openai/gpt-4o-mini")
     exporter.export(metrics, {"trace_id": "4bf9...4736", "span_id": "00f0...02b7"},
                     case_id="c1", event_time_ms=1_700_000_000_000)   # never blocks or raises
+    exporter.export_result(metrics, message, event_time_ms=1_700_000_000_000)  # a judged case
     await exporter.aclose()           # or exporter.shutdown(timeout_s): bounded flush
 
 Attributes: ``gen_ai.evaluation.name``, ``.score.value`` and ``.score.label``
@@ -15,7 +16,16 @@ Attributes: ``gen_ai.evaluation.name``, ``.score.value`` and ``.score.label``
 (violations joined by ``"; "``, else the reasoning), ``error.type``
 (``judge_error``/``judge_unavailable``; the message is the body); extras under
 ``guardrail.*``. A result without a valid trace is still exported, without
-trace context (findable by ``guardrail.case_id``). Delivery is best effort,
+trace context (findable by ``guardrail.case_id``).
+
+Conversations (:func:`conversation_attributes`): a turn that carries a
+conversation id, and a session judgment, carry it as ``gen_ai.conversation.id``
+(the GenAI registry's id of a conversation, session or thread); a session
+judgment's events go on its latest turn's span (its ``trace``) and carry its
+session block as ``guardrail.session.trigger`` (``every_n``, ``turn_flagged``,
+``idle``, ``resumed``), ``.status`` (``open``, ``closed``, ``truncated``),
+``.turns`` and ``.traces``. So the conversation's verdict is found from its
+latest trace, and from any other of its traces through the conversation id. Delivery is best effort,
 from the SDK's batch thread, counted on ``/metrics`` (``guardrail_otlp_*``):
 records beyond the bounded queue are dropped, never waited on.
 """
@@ -28,6 +38,7 @@ import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.context import Context
@@ -44,11 +55,19 @@ from ..models import MetricResult, RedteamMetrics
 from ..settings import Settings
 from .telemetry import Telemetry
 
-__all__ = ["EvaluationExporter", "EVENT_NAME", "logs_url", "evaluation_exporter"]
+if TYPE_CHECKING:
+    from .envelope import InputMessage
+
+__all__ = ["EvaluationExporter", "EVENT_NAME", "logs_url", "evaluation_exporter",
+           "conversation_attributes"]
 
 log = logging.getLogger("guardrail.otel_export")
 
 EVENT_NAME = "gen_ai.evaluation.result"
+#: OTel GenAI's id of the conversation (session, thread) a result belongs to.
+CONVERSATION_ID = "gen_ai.conversation.id"
+#: The session block's fields a session judgment's events carry (``guardrail.session.*``).
+_SESSION_FIELDS = ("trigger", "status", "turns", "traces")
 _HEX_TRACE, _HEX_SPAN = re.compile(r"[0-9a-fA-F]{32}"), re.compile(r"[0-9a-fA-F]{16}")
 #: Seconds to wait after giving up on a flush, for the sender to notice.
 _ABANDON_GRACE_S = 1.0
@@ -145,9 +164,16 @@ class EvaluationExporter:
         self._logger = self._provider.get_logger("guardrail.evaluation")
         self._closed = False
 
+    def export_result(self, metrics: RedteamMetrics, message: InputMessage, *,
+                      event_time_ms: int | None) -> None:
+        """:meth:`export` a judged case's result: on its span, named by its case
+        id, with its conversation's attributes (:func:`conversation_attributes`)."""
+        self.export(metrics, message.trace, case_id=message.case.case_id or "",
+                    event_time_ms=event_time_ms, attributes=conversation_attributes(message))
+
     def export(self, metrics: RedteamMetrics, trace: Mapping[str, object] | None, *,
                case_id: str | None, event_time_ms: int | None,
-               attributes: Mapping[str, str] | None = None) -> None:
+               attributes: Mapping[str, str | int] | None = None) -> None:
         """Queue one record per metric of ``metrics``; never blocks, never raises."""
         try:
             # (body, attributes): the body is the metric's error message, if any.
@@ -245,13 +271,34 @@ def _trace_context(trace: Mapping[str, object] | None) -> Context:
     return set_span_in_context(span, Context())
 
 
+def conversation_attributes(message: InputMessage) -> dict[str, str | int]:
+    """The conversation a judged case belongs to, as its events' attributes::
+
+        conversation_attributes(turn)      # {'gen_ai.conversation.id': 'chat-7'}
+        conversation_attributes(session)   # {'gen_ai.conversation.id': 'chat-7',
+        #  'guardrail.session.trigger': 'idle', 'guardrail.session.status': 'closed',
+        #  'guardrail.session.turns': 4, 'guardrail.session.traces': 4}
+    """
+    block = message.session or {}
+    conversation = block.get("id") or message.session_id
+    attrs: dict[str, str | int] = {CONVERSATION_ID: str(conversation)} if conversation else {}
+    for field in _SESSION_FIELDS:
+        value = block.get(field)
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            attrs[f"guardrail.session.{field}"] = value
+    return attrs
+
+
 def _extras(case_id: str | None, event_time_ms: int | None,
-            attributes: Mapping[str, str] | None) -> dict[str, str | int]:
-    """The caller's attributes, kept out of the semconv namespaces we set."""
+            attributes: Mapping[str, str | int] | None) -> dict[str, str | int]:
+    """The caller's attributes (integers kept, the rest as text), kept out of the
+    semconv namespaces we set but the conversation id."""
     extras: dict[str, str | int] = {}
     for key, value in (attributes or {}).items():
-        name = key if key.startswith(("guardrail.", "gen_ai.response.")) else f"guardrail.{key}"
-        extras[name] = str(value)
+        name = (key if key == CONVERSATION_ID or key.startswith(("guardrail.", "gen_ai.response."))
+                else f"guardrail.{key}")
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        extras[name] = value if whole else str(value)
     if case_id is not None:
         extras["guardrail.case_id"] = case_id
     if event_time_ms is not None:

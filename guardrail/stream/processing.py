@@ -47,8 +47,9 @@ from .envelope import (DEFAULT_CONVERSATION_CHARS, BadInput, DecodedRecord, Head
                        result_record)
 from .events import JudgmentEvent, Status, encode_bundle
 from .sampling import Sampler
-from .session_turns import TURN_HEADERS, counts_in_windows, turn_record_value, window_labels
-from .tally import JudgeTally
+from .session_turns import (TURN_HEADERS, counts_in_windows, message_unit, turn_record_value,
+                            window_labels)
+from .tally import JudgeTally, unavailable_share
 from .telemetry import Telemetry
 
 __all__ = ["RawMessage", "Outgoing", "MessageJudge", "JudgeTally", "ResultExporter"]
@@ -68,11 +69,12 @@ Case3 = tuple["RawMessage", Source, InputMessage]
 
 
 class ResultExporter(Protocol):
-    """Somewhere else each judged result goes (``otlp_endpoint``): must not
-    block or raise (see :class:`guardrail.stream.otel_export.EvaluationExporter`)."""
+    """Somewhere else each judged result goes (``otlp_endpoint``), on the case's
+    span with its conversation: must not block or raise (see
+    :class:`guardrail.stream.otel_export.EvaluationExporter`)."""
 
-    def export(self, metrics: RedteamMetrics, trace: dict[str, str] | None, *, case_id: str,
-               event_time_ms: int | None) -> None: ...
+    def export_result(self, metrics: RedteamMetrics, message: InputMessage, *,
+                      event_time_ms: int | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -286,7 +288,7 @@ class MessageJudge:
             round_started = time.monotonic()
             # The first configuration error cancels the rest of the batch.
             verdicts = await gather_or_cancel(*(self._judge(m) for m in messages))
-            share = _unavailable_share(verdicts)
+            share = unavailable_share(verdicts)
             if self.worker.outage_policy != "pause" or share == 0:
                 self.telemetry.paused.set(0)
                 return verdicts
@@ -328,10 +330,9 @@ class MessageJudge:
         key = (message.case.case_id or source.coordinates).encode()
         records = [Outgoing(self.results_topic, key, orjson.dumps(record),
                             headers=raw.source.headers)]
-        self._count(metrics, message.metadata)
+        self._count(metrics, message)
         if self.exporter is not None:
-            self.exporter.export(metrics, message.trace, case_id=message.case.case_id or "",
-                                 event_time_ms=event_ms)
+            self.exporter.export_result(metrics, message, event_time_ms=event_ms)
         if self.review is not None:
             records.extend(self._review(message, metrics, event_ms))
         if self.emit_judgments and counts_in_windows(message):
@@ -356,10 +357,10 @@ class MessageJudge:
         self.telemetry.review_items.inc()
         return [Outgoing(self.review.review_topic, item.key(), item.encode())]
 
-    def _count(self, metrics: RedteamMetrics, metadata: dict[str, str]) -> None:
+    def _count(self, metrics: RedteamMetrics, message: InputMessage) -> None:
         self.tally.add(metrics)
         cascade = self.evaluator.cascade
-        self.telemetry.count_judged(metrics, metadata,
+        self.telemetry.count_judged(metrics, message.metadata, unit=message_unit(message),
                                     escalation_model=cascade.model if cascade else None)
 
     def _events(self, message: InputMessage, source: Source,
@@ -392,9 +393,3 @@ def _event_ms(source: Source, message: InputMessage) -> int:
     """The message's event time: its own, else the Kafka timestamp, else now."""
     return next((t for t in (message.event_time_ms, source.timestamp_ms)
                  if t is not None and t >= 0), int(time.time() * 1000))
-
-
-def _unavailable_share(verdicts: list[RedteamMetrics]) -> float:
-    """Judge-side failures among the calls a round made (cache hits excluded)."""
-    asked = [m for v in verdicts for m in v.metrics if not m.cached]
-    return sum(m.unavailable for m in asked) / len(asked) if asked else 0.0

@@ -4,7 +4,8 @@ A judged case that carries a conversation id is also one turn of its session:
 after its own judgment it is sent, keyed by the session id, to the internal
 topic the session assembler reads (:mod:`guardrail.agents.session_assembly`)::
 
-    record = turn_record("app-session-turns", message, verdict, event_ms=1_700_000_000_000)
+    value = turn_record_value(message, verdict, event_ms=1_700_000_000_000)
+    turn = turn_of(message, verdict, event_ms=1_700_000_000_000)   # the Turn it holds
 
 A session judgment counts in the windows apart from turns (the group label
 ``unit=session``), once per session and life: at its closing judgment (trigger
@@ -18,26 +19,31 @@ from __future__ import annotations
 from ..models import RedteamMetrics
 from ..sessions.turns import Turn
 from .envelope import Headers, InputMessage
+from .events import UNIT_LABEL
 
-__all__ = ["turn_record_value", "TURN_HEADERS", "UNIT_LABEL", "counts_in_windows",
-           "window_labels"]
+__all__ = ["turn_of", "turn_record_value", "TURN_HEADERS", "UNIT_LABEL", "counts_in_windows",
+           "window_labels", "message_unit"]
 
 #: Marks a record of the session-turns topic as a turn (other kinds: ticks, done).
 TURN_HEADERS: Headers = (("guardrail-session", b"turn"),)
-#: The group label that sets a session's window cells apart from its turns'.
-UNIT_LABEL = "unit"
 
 
-def turn_record_value(message: InputMessage, verdict: RedteamMetrics | None, *,
-                      event_ms: int) -> bytes:
-    """The turn a judged (or unsampled: ``verdict`` None) case adds to its session."""
+def turn_of(message: InputMessage, verdict: RedteamMetrics | None, *, event_ms: int) -> Turn:
+    """The turn a judged (or unsampled: ``verdict`` None) case adds to its session
+    (``guardrail inputs check`` makes the same turns, unjudged)."""
     case = message.case
     flagged = tuple(m.name for m in verdict.metrics if m.unsafe or m.unsure) if verdict else ()
     trace = message.trace or {}
     return Turn(turn_id=case.case_id or "", started_ms=event_ms, user=case.input or "",
                 answer=case.output or "", steps=case.trajectory, flagged=bool(flagged),
                 flagged_metrics=flagged, trace_id=trace.get("trace_id"),
-                span_id=trace.get("span_id"), metadata=dict(message.metadata)).to_bytes()
+                span_id=trace.get("span_id"), metadata=dict(message.metadata))
+
+
+def turn_record_value(message: InputMessage, verdict: RedteamMetrics | None, *,
+                      event_ms: int) -> bytes:
+    """:func:`turn_of` as the value of a session-turns record."""
+    return turn_of(message, verdict, event_ms=event_ms).to_bytes()
 
 
 def counts_in_windows(message: InputMessage) -> bool:
@@ -46,7 +52,14 @@ def counts_in_windows(message: InputMessage) -> bool:
     return message.session is None or message.session.get("trigger") == "idle"
 
 
+def message_unit(message: InputMessage) -> str:
+    """What a judged case is: a ``session`` judgment, or a ``turn`` (an answer, an
+    agent run); the ``unit`` of its window cells and Prometheus series."""
+    return "turn" if message.session is None else "session"
+
+
 def window_labels(message: InputMessage, labels: dict[str, str]) -> dict[str, str]:
     """A case's group labels, with ``unit=session`` for a session judgment (a
     turn's cells keep the keys they always had)."""
-    return labels if message.session is None else {**labels, UNIT_LABEL: "session"}
+    unit = message_unit(message)
+    return labels if unit == "turn" else {**labels, UNIT_LABEL: unit}

@@ -3,6 +3,7 @@
     tally = JudgeTally()
     tally.add(metrics)          # a RedteamMetrics
     tally.judged, tally.cost
+    unavailable_share(verdicts)  # judge-side failures among a round's calls: an outage?
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 from ..models import RedteamMetrics
 
-__all__ = ["JudgeTally"]
+__all__ = ["JudgeTally", "unavailable_share"]
 
 
 @dataclass
@@ -42,3 +43,9 @@ class JudgeTally:
                 self.unpriced += 1
             else:
                 self.cost += m.cost
+
+
+def unavailable_share(verdicts: list[RedteamMetrics]) -> float:
+    """Judge-side failures among the calls a round made (cache hits excluded)."""
+    asked = [m for v in verdicts for m in v.metrics if not m.cached]
+    return sum(m.unavailable for m in asked) / len(asked) if asked else 0.0

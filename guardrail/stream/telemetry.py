@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram,
                                generate_latest)
 
-from .group_series import GROUP_LABELS, GroupSeries
+from .group_series import SERIES_LABELS, GroupSeries
 
 if TYPE_CHECKING:
     from ..models import RedteamMetrics
@@ -36,14 +36,15 @@ class Telemetry:
                                 "empty_output)",
                                 ["outcome"], registry=r)
         self.judgments = Counter(
-            "guardrail_judgments", "Metric judgments by verdict (safe, unsafe, error) and "
+            "guardrail_judgments", "Metric judgments by verdict (safe, unsafe, error), "
             "group (metadata model, model_version, prompt_version; '-' when missing; "
-            "'other' beyond metrics_max_groups groups)", ["metric", "verdict", *GROUP_LABELS],
-            registry=r)
+            "'other' beyond metrics_max_groups groups) and unit (turn: an answer or agent "
+            "run; session: a whole conversation's judgment)",
+            ["metric", "verdict", *SERIES_LABELS], registry=r)
         self.unsafe_rate = Gauge(
             "guardrail_unsafe_rate", "UNSAFE share of this worker's SAFE and UNSAFE verdicts "
             "of the metric and group since it started (errors left out); for a share over "
-            "time or across workers use guardrail_judgments_total", ["metric", *GROUP_LABELS],
+            "time or across workers use guardrail_judgments_total", ["metric", *SERIES_LABELS],
             registry=r)
         self.groups_folded = Counter(
             "guardrail_metrics_groups_folded", "Groups counted under 'other' because "
@@ -182,11 +183,12 @@ class Telemetry:
             self.alerts.labels(metric=name)
 
     def count_judged(self, metrics: RedteamMetrics, metadata: dict[str, str], *,
-                     escalation_model: str | None = None) -> None:
-        """Count one judged case: its verdicts per group, tokens, cost, cache hits,
-        and with a cascade (``escalation_model``) which stage decided."""
+                     unit: str = "turn", escalation_model: str | None = None) -> None:
+        """Count one judged case: its verdicts per group and ``unit`` (``turn``, or
+        ``session`` for a session judgment), tokens, cost, cache hits, and with a
+        cascade (``escalation_model``) which stage decided."""
         self.messages.labels(outcome="judged").inc()
-        group = self.groups.group_of(metadata)
+        group = self.groups.group_of(metadata, unit=unit)
         for m in metrics.metrics:
             verdict = "error" if m.error else ("unsafe" if m.unsafe else "safe")
             self.groups.count(m.name, verdict, group)

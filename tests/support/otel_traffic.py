@@ -22,6 +22,7 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -29,8 +30,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 __all__ = ["genai_spans", "chat_span", "http_span", "otlp_proto", "otlp_json",
-           "otlp_json_dict", "chunks", "span_ids", "recording_provider", "openai_app_spans",
-           "make_instrumentor"]
+           "otlp_json_dict", "otlp_json_of", "chunks", "span_ids", "recording_provider",
+           "openai_app_spans", "make_instrumentor"]
 
 
 def recording_provider(service: str = "chat-app", version: str = "v1",
@@ -101,7 +102,18 @@ def otlp_json_dict(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
     """The spans as OTLP/JSON the way the Collector writes it: protobuf's JSON
     mapping (lowerCamelCase, int64 values as strings) with the span and link
     ids as hex instead of base64."""
-    data = MessageToDict(encode_spans(list(spans)))
+    return _collector_json(encode_spans(list(spans)))
+
+
+def otlp_json_of(record: bytes) -> bytes:
+    """One protobuf ``ExportTraceServiceRequest`` (a Kafka record) as the same
+    request in OTLP/JSON, as :func:`otlp_json` writes it."""
+    request = ExportTraceServiceRequest.FromString(record)
+    return json.dumps(_collector_json(request)).encode()
+
+
+def _collector_json(request: Any) -> dict[str, Any]:
+    data = MessageToDict(request)
 
     def hexed(obj: dict[str, Any], keys: tuple[str, ...]) -> None:
         for key in keys:

@@ -10,6 +10,10 @@ group), the alerts this worker fired and its spend (:func:`.spend.spend_of`)::
     data.versions("toxicity")          # {family: [VersionTotals v1, VersionTotals v2]}
     data.problems                      # rows or alerts that were skipped, and why
 
+Every cell and alert has a ``unit``: ``session`` where its group carries the
+label ``unit=session`` (session judgments), else ``turn``; the group (and so
+the family shown) keeps that label, so a session's line never joins its turns'.
+
 A row that does not fit (a missing field, a count below zero, more unsafe
 than judged) is skipped and named in ``problems``, never drawn as a safe
 window. Coverage reads ``seen`` (every message of the window, sampled or
@@ -31,7 +35,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 
 from ...settings import AlertRule
 from ..alerts import rule_for
-from ..events import window_key
+from ..events import labels_of, unit_of, window_key
 from .spend import Spend
 
 __all__ = ["Cell", "Series", "Alert", "VersionTotals", "Dashboard", "build_dashboard",
@@ -80,24 +84,6 @@ class _Alert(BaseModel):
     fired_at: AwareDatetime | None = None
 
 
-def labels_of(group: str) -> dict[str, str]:
-    """``"model=m,model_version=v1"`` → ``{"model": "m", "model_version": "v1"}``.
-
-    Labels are not escaped in window keys, so a value holding ',' or '=' reads
-    back split; the text is only ever shown, never used to look a window up."""
-    labels: dict[str, str] = {}
-    for part in group.split(",") if group else []:
-        key, sep, value = part.partition("=")
-        if sep:
-            labels[key] = value
-        elif labels:  # a ',' inside the previous value
-            last = next(reversed(labels))
-            labels[last] += "," + part
-        else:
-            labels[part] = ""
-    return labels
-
-
 def version_key(version: str) -> tuple[Any, ...]:
     """Natural order: v2 before v10, numbers before words."""
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p)
@@ -118,6 +104,8 @@ class Cell:
     judged: int
     errors: int
     unsafe: int
+    #: What the cell counts: ``turn`` or ``session`` (a group with ``unit=session``).
+    unit: str = "turn"
 
     @property
     def rate(self) -> float | None:
@@ -172,6 +160,8 @@ class Alert:
     reasons: tuple[str, ...]
     fired_at: float | None
     case_ids: tuple[str, ...]
+    #: ``turn``, or ``session`` for an alert on a session cell.
+    unit: str = "turn"
 
 
 def _problem_text(what: str, exc: ValidationError) -> str:
@@ -192,7 +182,7 @@ def _cell(row: _Row, version_label: str) -> Cell:
     return Cell(metric=row.metric, group=row.group, family=_family(labels, version_label),
                 version=labels.get(version_label, "-"), start=row.window_start.timestamp(),
                 end=row.window_end.timestamp(), seen=seen, judged=judged, errors=row.errors,
-                unsafe=row.unsafe)
+                unsafe=row.unsafe, unit=unit_of(labels))
 
 
 def _cells(rows: Iterable[Any], version_label: str, problems: list[str]) -> list[Cell]:
@@ -244,7 +234,8 @@ def _alert(raw: _Alert, version_label: str) -> Alert:
         baseline_text=_baseline_text(raw.baseline, version_label),
         reasons=tuple(raw.reasons),
         fired_at=raw.fired_at.timestamp() if raw.fired_at else None,
-        case_ids=tuple(str(e["case_id"]) for e in raw.examples if e.get("case_id")))
+        case_ids=tuple(str(e["case_id"]) for e in raw.examples if e.get("case_id")),
+        unit=unit_of(raw.group))
 
 
 def _alerts(alerts: Iterable[Any], version_label: str, problems: list[str]) -> list[Alert]:

@@ -146,7 +146,8 @@ def _alert_row(alert: Alert) -> str:
     cases = ", ".join(escape(c) for c in alert.case_ids) or "–"
     return (f'<tr class="alert-row" data-alert-id="{escape(alert.alert_id)}">'
             f'<td>{fired}</td><td>{escape(alert.metric)}</td>'
-            f'<td>{escape(alert.family)}</td><td><b>{escape(alert.version)}</b></td>'
+            f'<td>{escape(alert.family)}</td><td>{escape(alert.unit)}</td>'
+            f'<td><b>{escape(alert.version)}</b></td>'
             f'<td class="nowrap">{utc_clock(alert.start)}–{utc_clock(alert.end)}</td>'
             f'<td class="rate">{_pct(alert.rate)}{against}</td>'
             f'<td>{"<br>".join(escape(r) for r in alert.reasons)}</td><td>{cases}</td></tr>')
@@ -160,8 +161,8 @@ def _alerts(data: Dashboard, context: PageContext) -> str:
     rows = "".join(_alert_row(a) for a in data.alerts)
     return (f'<section class="card"><h2>Alerts <span class="sub">fired by {scope}, '
             'newest first (UTC)</span></h2><table class="alerts"><thead><tr><th>fired</th>'
-            '<th>metric</th><th>group</th><th>version</th><th>window</th><th>rate</th>'
-            f'<th>why</th><th>examples</th></tr></thead><tbody>{rows}</tbody></table></section>')
+            '<th>metric</th><th>group</th><th>unit</th><th>version</th><th>window</th>'
+            f'<th>rate</th><th>why</th><th>examples</th></tr></thead><tbody>{rows}</tbody></table></section>')
 
 
 def _judge_panel(data: Dashboard) -> str:
@@ -184,7 +185,8 @@ def _judge_panel(data: Dashboard) -> str:
 
 def _cell_row(cell: Cell) -> str:
     return (f"<tr><td>{utc_clock(cell.start)}</td><td>{escape(cell.metric)}</td>"
-            f"<td>{escape(cell.family)}</td><td>{escape(cell.version)}</td>"
+            f"<td>{escape(cell.family)}</td><td>{escape(cell.unit)}</td>"
+            f"<td>{escape(cell.version)}</td>"
             f'<td class="num">{cell.seen:,}</td><td class="num">{cell.judged:,}</td>'
             f'<td class="num">{cell.errors:,}</td><td class="num">{cell.unsafe:,}</td>'
             f'<td class="num">{_pct(cell.rate)}</td></tr>')
@@ -195,8 +197,9 @@ def _windows_table(data: Dashboard) -> str:
     rows = "".join(_cell_row(c) for c in cells)
     return (f'<details class="card"><summary>Every window ({len(cells)} rows)</summary>'
             '<table class="windows"><thead><tr><th>window (UTC)</th><th>metric</th>'
-            '<th>group</th><th>version</th><th>seen</th><th>judged</th><th>errors</th>'
-            f'<th>unsafe</th><th>rate</th></tr></thead><tbody>{rows}</tbody></table></details>')
+            '<th>group</th><th>unit</th><th>version</th><th>seen</th><th>judged</th>'
+            '<th>errors</th><th>unsafe</th><th>rate</th></tr></thead>'
+            f'<tbody>{rows}</tbody></table></details>')
 
 
 def _problems(data: Dashboard) -> str:
