@@ -193,9 +193,15 @@ class KafkaSettings(BaseModel):
     topic_partitions: int = Field(default=2, ge=1)
     """Partitions of every topic guardrail creates. An existing topic of the worker's
     with another count stops it at start, naming the topic."""
-    topic_replication: int = Field(default=1, ge=1)
-    """Replication factor of the topics guardrail and its worker create; at most the
-    number of brokers."""
+    topic_replication: int | None = Field(default=None, ge=1)
+    """Replication factor of the topics guardrail and its worker create (changelogs
+    and internal topics included); at most the number of brokers. Unset: ``min(3,
+    brokers in the cluster)``. 1 on a cluster of several brokers is warned about at
+    start: a topic with one replica is lost, or stalls, while its broker is down."""
+    producer_idempotence: bool | None = None
+    """Idempotent producers (no duplicate from a producer's own retries) for every
+    record the worker writes, beside ``acks=all``. Unset: on where the brokers
+    support it (Apache Kafka; the embedded broker does not)."""
     app_id: str = "guardrail"
     """The worker application's name: its consumer group, the prefix of its table
     changelog topics and the name of its local data folder. Workers with one app_id

@@ -87,6 +87,20 @@ def apache_kafka_bootstrap(apache_kafka):
     return apache_kafka.bootstrap
 
 
+@pytest.fixture(scope="session")
+def apache_cluster(tmp_path_factory):
+    """A three-node Apache Kafka cluster (replication 3, min.insync.replicas 2),
+    one per test process: three JVMs start slowly on two cores."""
+    from guardrail.kafka.apache import ApacheKafkaCluster, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"Apache Kafka unavailable: {reason}")
+    cluster = ApacheKafkaCluster(workdir=tmp_path_factory.mktemp("kafka-cluster"), size=3)
+    yield cluster.start()
+    cluster.stop()
+
+
 #: The brokers a test marked ``both_brokers`` runs on, as its id suffix says.
 BROKERS = ("embedded", "apache")
 

@@ -58,7 +58,8 @@ def faust_options(settings: Settings) -> dict[str, object]:
         broker=f"kafka://{resolve_bootstrap(settings.kafka)}",
         store="memory://",
         topic_partitions=settings.kafka.topic_partitions,
-        topic_replication_factor=settings.kafka.topic_replication,
+        # Resolved from the cluster at worker start (settle_cluster); 1 in-process.
+        topic_replication_factor=settings.kafka.topic_replication or 1,
         table_standby_replicas=0,
         consumer_auto_offset_reset="earliest",
         # Short session/rebalance timeouts: group joins take seconds, not ~30 s.
@@ -97,6 +98,7 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
     app = GuardrailFaustApp(settings.kafka.app_id,
                             fetch_wait_ms=settings.worker.consumer_fetch_wait_ms,
                             **faust_options(settings))
+    app.idempotent_producer = bool(settings.kafka.producer_idempotence)
     telemetry = telemetry or Telemetry()
     evaluator = build_evaluator(settings, judge=judge)
     telemetry.expect_metrics(m.name for m in evaluator.base_metrics)

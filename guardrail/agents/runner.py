@@ -21,8 +21,10 @@ from mode.utils.futures import maybe_cancel
 from mode.utils.logging import DEFAULT_FORMAT, DefaultFormatter
 
 from .._litellm import price_tokens
+from ..kafka.cluster_facts import (ClusterFacts, describe, replication_warnings,
+                                   worker_topic_replicas)
 from ..kafka.topics import ensure_topics, review_topics, topic_plan
-from ..settings import JudgeSettings
+from ..settings import JudgeSettings, Settings
 from .app import runs_assembled
 from .run_assembly import run_spans_topic
 from .session_assembly import session_turns_topic, sessions_assembled
@@ -130,6 +132,14 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
+def _say_replication(settings: Settings, facts: ClusterFacts, planned: list[str]) -> None:
+    """The start line on replication and producers, and a warning per risk."""
+    log.info("%s", describe(settings.kafka, facts))
+    existing = asyncio.run(worker_topic_replicas(settings.kafka, planned))
+    for line in replication_warnings(settings.kafka, facts, existing):
+        log.warning("%s", line)
+
+
 def run_worker(runtime: WorkerRuntime, *, loglevel: str = "info") -> None:
     """Create/verify topics, then run the worker in the foreground."""
     settings = runtime.settings
@@ -141,6 +151,9 @@ def run_worker(runtime: WorkerRuntime, *, loglevel: str = "info") -> None:
     plan = {**topic_plan(settings.kafka), **internal}
     asyncio.run(ensure_topics(settings.kafka, {**plan, **review}, strict=frozenset(plan),
                               compacted=frozenset({settings.review.labels_topic} & set(review))))
+    facts = runtime.state.get("cluster_facts")
+    if facts is not None:  # the worker command asked the cluster first
+        _say_replication(settings, facts, [*plan, *review])
     log.info("guardrail worker: %s -> %s (dlq %s, alerts %s), judge %s",
              settings.kafka.input_topic, settings.kafka.results_topic, settings.kafka.dlq_topic,
              settings.kafka.alerts_topic, settings.judge.model)

@@ -69,6 +69,14 @@ async def partition_count(kafka: KafkaSettings, topic: str) -> int | None:
         await admin.close()
 
 
+async def _default_replication(admin: AIOKafkaAdminClient) -> int:
+    """``min(3, brokers)``: what an unset ``topic_replication`` means."""
+    from .cluster_facts import DEFAULT_REPLICATION
+
+    metadata = (await admin._send_request(MetadataRequest([], False))).to_object()
+    return max(1, min(DEFAULT_REPLICATION, len(metadata["brokers"])))
+
+
 def review_topics(kafka: KafkaSettings, review: ReviewSettings) -> dict[str, int]:
     """The review queue's topics when review is on (``review_users_file``), else none.
     Not co-partitioned with anything: their counts are not checked."""
@@ -93,8 +101,9 @@ async def ensure_topics(kafka: KafkaSettings, plan: dict[str, int] | None = None
     admin = AIOKafkaAdminClient(request_timeout_ms=15000, **client_options(kafka))
     await admin.start()
     try:
+        replication = kafka.topic_replication or await _default_replication(admin)
         response = await admin.create_topics(
-            [NewTopic(name, num_partitions=n, replication_factor=kafka.topic_replication,
+            [NewTopic(name, num_partitions=n, replication_factor=replication,
                       topic_configs={"cleanup.policy": "compact"} if name in compacted else {})
              for name, n in plan.items()])
         for name, code, message in response.topic_errors:

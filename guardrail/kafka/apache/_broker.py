@@ -1,4 +1,5 @@
-"""One single-node KRaft broker process: configure, format, start, wait, stop."""
+"""One KRaft broker process: configure, format, start, wait, stop. Alone (a
+single-node cluster), or one node of :class:`~._cluster.ApacheKafkaCluster`."""
 
 from __future__ import annotations
 
@@ -20,10 +21,22 @@ from ...errors import ConfigError
 from ._jars import KafkaUnavailable, jars_dir, unavailable_reason
 from ._tls import TlsFiles
 
-__all__ = ["ApacheKafkaBroker", "SCRAM_MECHANISM", "wait_until_answers"]
+__all__ = ["ApacheKafkaBroker", "Membership", "SCRAM_MECHANISM", "wait_until_answers"]
 
 #: SCRAM mechanism of the SASL listeners (no password crosses the wire).
 SCRAM_MECHANISM = "SCRAM-SHA-512"
+
+
+@dataclass(frozen=True)
+class Membership:
+    """A node's place in a cluster: its id, every controller (``id@host:port``),
+    the cluster's id (one for all nodes), and the replication of internal topics."""
+
+    node_id: int
+    voters: str
+    cluster_id: str
+    replication: int
+    min_insync: int
 
 
 @dataclass
@@ -45,9 +58,13 @@ class ApacheKafkaBroker:
 
     def __init__(self, port: int | None = None, *, workdir: Path,
                  scram_users: dict[str, str] | None = None, tls: TlsFiles | None = None,
-                 config: dict[str, str] | None = None, heap: str = "768m") -> None:
+                 config: dict[str, str] | None = None, heap: str = "768m",
+                 controller_port: int | None = None,
+                 membership: Membership | None = None) -> None:
         self.workdir = Path(workdir)
-        self.ports = _Ports(plaintext=port or free_port())
+        self.ports = _Ports(plaintext=port or free_port(),
+                            controller=controller_port or free_port())
+        self.membership = membership
         self.scram_users = dict(scram_users or {})
         self.tls = tls
         if self.scram_users:
@@ -88,10 +105,12 @@ class ApacheKafkaBroker:
         if self.ports.sasl_ssl is not None:
             listeners["SASL_SSL"] = self.ports.sasl_ssl
         hosts = {name: ("localhost" if name == "SASL_SSL" else "127.0.0.1") for name in listeners}
+        member = self.membership or Membership(
+            1, f"1@127.0.0.1:{self.ports.controller}", "", replication=1, min_insync=1)
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.ports.controller}",
+            "node.id": str(member.node_id),
+            "controller.quorum.voters": member.voters,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listeners": ",".join(f"{n}://{hosts[n]}:{p}" for n, p in listeners.items()),
@@ -100,13 +119,14 @@ class ApacheKafkaBroker:
             "listener.security.protocol.map": ",".join(f"{n}:{'PLAINTEXT' if n == 'CONTROLLER' else n}"
                                                        for n in listeners),
             "log.dirs": str(self.workdir / "data"),
-            # One node: every internal topic has one replica.
-            "offsets.topic.replication.factor": "1",
+            # Internal topics as replicated as the cluster allows (one node: one).
+            "offsets.topic.replication.factor": str(member.replication),
             "offsets.topic.num.partitions": "10",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            "transaction.state.log.replication.factor": str(member.replication),
+            "transaction.state.log.min.isr": str(member.min_insync),
+            "share.coordinator.state.topic.replication.factor": str(member.replication),
+            "share.coordinator.state.topic.min.isr": str(member.min_insync),
+            "min.insync.replicas": str(member.min_insync),
             # A group's first join would otherwise wait 3 s for more members.
             "group.initial.rebalance.delay.ms": "0",
             # guardrail creates every topic it uses; a cluster that would
@@ -149,9 +169,7 @@ class ApacheKafkaBroker:
     def _format(self, config: Path) -> None:
         if (self.workdir / "data" / "meta.properties").exists():
             return
-        cluster_id = "-"
-        while cluster_id.startswith("-"):  # the formatter would read it as an option
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = self.membership.cluster_id if self.membership else new_cluster_id()
         scram = []
         for name, password in self.scram_users.items():
             scram += ["--add-scram", f"{SCRAM_MECHANISM}=[name={name},password={password}]"]
@@ -165,6 +183,12 @@ class ApacheKafkaBroker:
     def start(self, timeout: float = 60.0, *, detach: bool = False) -> ApacheKafkaBroker:
         """Format (first start only), start, and wait until a metadata request
         lists the broker; ``detach`` keeps it running after this process exits."""
+        self.launch(detach=detach)
+        return self.wait_ready(timeout)
+
+    def launch(self, *, detach: bool = False) -> None:
+        """Format (first start only) and start the process, without waiting: a
+        cluster's nodes answer only once a majority of controllers runs."""
         reason = unavailable_reason()
         if reason:
             raise KafkaUnavailable(reason)
@@ -175,8 +199,13 @@ class ApacheKafkaBroker:
                                         stdout=self._out, stderr=subprocess.STDOUT,
                                         start_new_session=detach)
         (self.workdir / "broker.pid").write_text(f"{self.process.pid}\n")
+
+    def wait_ready(self, timeout: float = 60.0) -> ApacheKafkaBroker:
+        """Wait until a metadata request to this node is answered (stops it if not)."""
+        process = self.process
         try:
-            wait_until_answers(self.bootstrap, timeout, alive=lambda: self.process.poll() is None)
+            wait_until_answers(self.bootstrap, timeout,
+                               alive=lambda: process is not None and process.poll() is None)
         except KafkaUnavailable as exc:
             self.stop()
             raise KafkaUnavailable(f"{exc}: {self.last_error() or 'see ' + str(self.log_path)}"
@@ -209,6 +238,14 @@ class ApacheKafkaBroker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def new_cluster_id() -> str:
+    """A fresh KRaft cluster id (base64 of a UUID, never starting with '-')."""
+    cluster_id = "-"
+    while cluster_id.startswith("-"):  # the formatter would read it as an option
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return cluster_id
 
 
 _LOG4J2 = """\
