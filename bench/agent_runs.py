@@ -34,19 +34,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import sys
-import tempfile
 import time
-import urllib.request
-from contextlib import asynccontextmanager, contextmanager
-from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from common import (BROKERS, ROOT, JudgeProc, Stopwatch, broker_label, kill_workers, meta,
-                    new_env, produce_values, rss_mb, running_broker, start_process, write_json)
+from aiokafka import AIOKafkaProducer
+from common import ROOT, produce_values, rss_mb
+from live import (PARTITIONS, Records, Rig, broker_options, drain, latencies, metric_values,
+                  num, paced, run_figures, send_all, steady_rss, tell_missing, worker)
 from opentelemetry.trace import format_span_id
 from tests.support.harness import poll
 
@@ -54,129 +50,22 @@ sys.path.insert(0, str(ROOT / "tests"))  # run_traffic imports its neighbours as
 from support.otel_traffic import otlp_proto  # noqa: E402
 from support.run_traffic import SyntheticRun, agent_run, chat_span_record, spread  # noqa: E402
 
-PARTITIONS = 2
+OTLP = {"input_format": "otlp"}
 FIGURES = ("throughput", "settle", "memory", "plain")
 WARM_OPEN_RUNS = 200
 GAUGES = ("guardrail_open_runs", "guardrail_open_run_spans", "guardrail_open_run_bytes")
-Records = list[tuple[int, bytes]]  # (partition, OTLP record)
 RNG = random.Random(5)  # the partition of each paced record
-Rig = tuple[str, str, Path]  # where workers run: bootstrap, the judge's API base, a folder
 
 
-class Results:
-    """Result records by case id as they arrive: (arrival epoch s, Kafka timestamp ms);
-    a case id seen again is counted in ``repeats``, its first arrival kept."""
-
-    def __init__(self) -> None:
-        self.seen: dict[str, tuple[float, int]] = {}
-        self.repeats = 0
-
-    async def watch(self, bootstrap: str, topic: str, stop: asyncio.Event) -> None:
-        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
-                                    auto_offset_reset="earliest", enable_auto_commit=False,
-                                    fetch_max_wait_ms=10)
-        await consumer.start()
-        try:
-            while not stop.is_set():
-                batch = await consumer.getmany(timeout_ms=100)
-                now = time.time()  # stamped at once: this is the arrival
-                for message in (m for ms in batch.values() for m in ms):
-                    case_id = json.loads(message.value)["case_id"]
-                    if case_id in self.seen:
-                        self.repeats += 1
-                    else:
-                        self.seen[case_id] = (now, message.timestamp)
-        finally:
-            await consumer.stop()
-
-    async def wait(self, count: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while len(self.seen) < count and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        return len(self.seen) >= count
-
-
-async def send_all(producer: AIOKafkaProducer, topic: str, records: Records) -> None:
-    futures = [await producer.send(topic, value, partition=p) for p, value in records]
-    await asyncio.gather(*futures)
-
-
-@asynccontextmanager
-async def watching(env: Any, linger_ms: int) -> Any:
-    """A results consumer and an acks=all producer, once five warm-up chat spans are judged."""
-    results, stop = Results(), asyncio.Event()
-    task = asyncio.ensure_future(results.watch(env.bootstrap, env.topic("results"), stop))
-    producer = AIOKafkaProducer(bootstrap_servers=env.bootstrap, acks="all", linger_ms=linger_ms)
-    await producer.start()
-    try:
-        warm = [chat_span_record(f"A warm-up answer {i}.")[0] for i in range(5)]
-        await send_all(producer, env.topic("input"), [(RNG.randrange(PARTITIONS), v) for v in warm])
-        if not await results.wait(5, 120):
-            raise RuntimeError("the warm-up spans were not judged")
-        yield results, producer
-    finally:
-        await producer.stop()
-        stop.set()
-        await task
-
-
-def _get(port: int, path: str) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-        return response.read().decode()
-
-
-def _healthy(port: int) -> bool:
-    try:
-        return json.loads(_get(port, "/health")).get("status") == "ok"
-    except OSError:
-        return False
+def warm_spans() -> Records:
+    """Five judged chat spans before each measurement (connections, first batches)."""
+    return [(RNG.randrange(PARTITIONS), chat_span_record(f"A warm-up answer {i}.")[0])
+            for i in range(5)]
 
 
 def gauges(port: int) -> dict[str, float]:
     """The open-runs gauges from ``/metrics`` (the sweep refreshes them every second)."""
-    pairs = (line.partition(" ") for line in _get(port, "/metrics").splitlines())
-    return {name: float(value) for name, _, value in pairs if name in GAUGES}
-
-
-@contextmanager
-def worker(rig: Rig, name: str, **settings: Any) -> Any:
-    """A fresh worker on fresh topics, answering ``/health`` ok; killed afterwards."""
-    bootstrap, api_base, folder = rig[0], rig[1], rig[2] / name
-    folder.mkdir(parents=True)
-    env = new_env(bootstrap, api_base, folder, input_format="otlp", topic_partitions=PARTITIONS,
-                  **settings)
-    proc = start_process(env, "guardrail")
-    try:
-        if not poll(lambda: proc.poll() is not None or _healthy(proc.web_port), 120) \
-                or proc.poll() is not None:
-            raise RuntimeError(f"worker not ready ({proc.poll()}):\n{env.logs()[-3000:]}")
-        yield env, proc
-    finally:
-        kill_workers(env)
-
-
-def tell_missing(env: Any, what: str, got: int, expected: int) -> None:
-    """Results missing are a finding, not a crash: say so with the log's tail."""
-    if got < expected:
-        print(f"  !! {what}: {got}/{expected} results; worker log tail:\n"
-              f"{env.logs()[-2000:]}", file=sys.stderr, flush=True)
-
-
-def pct(values: list[float], p: float) -> float | None:
-    ordered = sorted(values)
-    at = min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))
-    return round(ordered[at], 1) if ordered else None
-
-
-def latencies(env: Any, what: str, since: dict[str, float], results: Results) -> dict[str, Any]:
-    """ms from ``since`` (epoch s by case id) to arrival, and to the Kafka timestamp
-    (the worker's producer stamps it: the worker's share)."""
-    got = [(results.seen[c], t) for c, t in since.items() if c in results.seen]
-    tell_missing(env, what, len(got), len(since))
-    total = [(arrived - t) * 1000 for (arrived, _), t in got]
-    return {"sent": len(since), "results": len(got), "repeats": results.repeats,
-            "p50_ms": pct(total, 50), "p95_ms": pct(total, 95), "max_ms": pct(total, 100),
-            "worker_p95_ms": pct([stamp - t * 1000 for (_, stamp), t in got], 95)}
+    return metric_values(port, GAUGES)
 
 
 def runs_of(n: int, tag: str, tools: int = 4, with_root: bool = True) -> list[SyntheticRun]:
@@ -188,52 +77,19 @@ def runs_of(n: int, tag: str, tools: int = 4, with_root: bool = True) -> list[Sy
 
 # 1. Throughput --------------------------------------------------------------------------
 
-async def _drain(env: Any, records: Records, expect: int) -> dict[str, Any]:
-    async with watching(env, linger_ms=5) as (results, producer):
-        warm_ids, started = set(results.seen), time.time()
-        await send_all(producer, env.topic("input"), records)
-        produced = time.time() - started
-        await results.wait(len(warm_ids) + expect, 300)
-        await asyncio.sleep(1.0)  # time for an extra result to show
-    stamps = [ts for case, (_, ts) in results.seen.items() if case not in warm_ids]
-    elapsed = (max(stamps) / 1000 - started) if stamps else None
-    return {"records": len(records), "results": len(stamps), "repeats": results.repeats,
-            "produce_s": round(produced, 2), "elapsed_s": elapsed and round(elapsed, 2),
-            "spans_per_s": elapsed and len(records) / elapsed,
-            "results_per_s": elapsed and len(stamps) / elapsed}
-
-
 def throughput(rig: Rig, n: int) -> dict[str, Any]:
     records = spread(runs_of(n, "tp"), partitions=PARTITIONS, seed=7)
     out = {}
     for name, agent_runs in (("runs", True), ("per_span", False)):
-        with worker(rig, f"tp-{name}", agent_runs=agent_runs,
+        with worker(rig, f"tp-{name}", **OTLP, agent_runs=agent_runs,
                     run_settle_seconds=0.5) as (env, _):
-            r = asyncio.run(_drain(env, records, n))
+            r, _ = asyncio.run(drain(env, records, n, warm_spans()))
             tell_missing(env, f"throughput {name}: results", r["results"], n)
         out[name] = {**r, "runs": n}
     return out
 
 
 # 2. Root end -> result ------------------------------------------------------------------
-
-async def _paced(env: Any, rate: float, items: list[Any], send: Any,
-                 timeout: float) -> tuple[dict[str, float], Results]:
-    """``send(producer, topic, item, stamps)`` for each item, ``1 / rate`` s apart (each
-    keeps its case id's start time in ``stamps``); then results, one per item or timeout."""
-    stamps: dict[str, float] = {}
-    topic = env.topic("input")
-    async with watching(env, linger_ms=0) as (results, producer):
-        start, tasks = time.monotonic(), []
-        for i, item in enumerate(items):
-            delay = start + i / rate - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.ensure_future(send(producer, topic, item, stamps)))
-        await asyncio.gather(*tasks)
-        await results.wait(5 + len(items), timeout)
-    return stamps, results
-
 
 async def _send_run(producer: AIOKafkaProducer, topic: str, run: SyntheticRun,
                     acked: dict[str, float]) -> None:
@@ -249,8 +105,9 @@ def root_to_result(rig: Rig, rate: float, seconds: float) -> dict[str, Any]:
     out = {}
     for settle in (5.0, 1.0):
         runs = runs_of(int(rate * seconds), f"settle{settle}")
-        with worker(rig, f"settle-{settle}", run_settle_seconds=settle) as (env, _):
-            acked, results = asyncio.run(_paced(env, rate, runs, _send_run, settle + 90))
+        with worker(rig, f"settle-{settle}", **OTLP, run_settle_seconds=settle) as (env, _):
+            acked, results = asyncio.run(paced(env, rate, runs, _send_run, settle + 90,
+                                               warm=warm_spans()))
             lat = latencies(env, f"settle {settle}", acked, results)
         out[f"settle_{settle:g}"] = {"settle_s": settle, "runs_per_s": rate, **lat}
     return out
@@ -266,15 +123,6 @@ def open_run_records(n: int, tag: str) -> Records:
             for span in run.spans[:-1]]  # the answer span ends last: not there yet
 
 
-def steady_rss(pid: int) -> float:
-    """The median of three VmRSS readings a second apart."""
-    values = []
-    for _ in range(3):
-        time.sleep(1.0)
-        values.append(rss_mb(pid) or 0.0)
-    return round(sorted(values)[1], 1)
-
-
 def wait_held(port: int, spans: int, timeout: float = 180) -> dict[str, float]:
     """The gauges once ``spans`` spans are held (or at the timeout)."""
     return poll(lambda: (g := gauges(port)).get("guardrail_open_run_spans", 0) >= spans and g,
@@ -283,9 +131,10 @@ def wait_held(port: int, spans: int, timeout: float = 180) -> dict[str, float]:
 
 def memory(rig: Rig, n: int) -> dict[str, Any]:
     warm, records = open_run_records(WARM_OPEN_RUNS, "warm"), open_run_records(n, "open")
-    with worker(rig, "memory", run_settle_seconds=3600, run_idle_seconds=3600) as (env, proc):
+    with worker(rig, "memory", **OTLP, run_settle_seconds=3600,
+                run_idle_seconds=3600) as (env, proc):
         cold = rss_mb(proc.pid)
-        asyncio.run(_drain(env, warm, 0))  # opened after the warm-up spans were judged
+        asyncio.run(drain(env, warm, 0, warm_spans()))  # opened after the warm-up's judgments
         base = wait_held(proc.web_port, len(warm))
         idle, started = steady_rss(proc.pid), time.time()
         produce_values(env.bootstrap, env.topic("input"), [(None, v, None) for _, v in records])
@@ -319,8 +168,9 @@ def plain_chat(rig: Rig, rate: float, seconds: float) -> dict[str, Any]:
     for name, agent_runs in (("on", True), ("off", False)):
         chats = [chat_span_record(f"Plain answer {name} {i}: the capital of France is Paris.")
                  for i in range(int(rate * seconds))]
-        with worker(rig, f"plain-{name}", agent_runs=agent_runs) as (env, _):
-            sent, results = asyncio.run(_paced(env, rate, chats, _send_chat, 60))
+        with worker(rig, f"plain-{name}", **OTLP, agent_runs=agent_runs) as (env, _):
+            sent, results = asyncio.run(paced(env, rate, chats, _send_chat, 60,
+                                              warm=warm_spans()))
             lat = latencies(env, f"plain chat, agent_runs {name}", sent, results)
         out[name] = {"agent_runs": agent_runs, "rate": rate, **lat}
     return out
@@ -328,30 +178,26 @@ def plain_chat(rig: Rig, rate: float, seconds: float) -> dict[str, Any]:
 
 # Table ----------------------------------------------------------------------------------
 
-def _num(value: float | None, digits: int = 0) -> str:
-    return "-" if value is None or value != value else f"{value:,.{digits}f}"  # None, NaN
-
-
 def rows(figs: dict[str, Any]) -> list[tuple[str, str]]:
     """(measure, figure) per row of the table."""
     out = []
     if tp := figs.get("throughput"):
         t, s = tp["runs"], tp["per_span"]
-        ratio = (t["spans_per_s"] or 0) / (s["spans_per_s"] or float("nan"))
+        ratio = (t["records_per_s"] or 0) / (s["records_per_s"] or float("nan"))
         out += [(f"spans/s through assembly to verdict, {t['runs']:,} runs x 10 spans "
-                 "(settle 0.5 s)", f"{_num(t['spans_per_s'])} spans/s = "
-                 f"{_num(t['results_per_s'], 1)} runs/s ({t['results']:,} runs judged in "
-                 f"{t['elapsed_s']} s); {_num(ratio, 2)}x the per-span path"),
+                 "(settle 0.5 s)", f"{num(t['records_per_s'])} spans/s = "
+                 f"{num(t['results_per_s'], 1)} runs/s ({t['results']:,} runs judged in "
+                 f"{t['elapsed_s']} s); {num(ratio, 2)}x the per-span path"),
                 ("the same spans, per-span path (agent_runs=false)",
-                 f"{_num(s['spans_per_s'])} spans/s ({s['results']:,} answer spans judged in "
+                 f"{num(s['records_per_s'])} spans/s ({s['results']:,} answer spans judged in "
                  f"{s['elapsed_s']} s)")]
     out += [(f"root end -> result, settle {r['settle_s']:g} s ({r['runs_per_s']:g} runs/s)",
-             f"p50 {_num(r['p50_ms'])} ms, p95 {_num(r['p95_ms'])} ms ({r['results']}/"
+             f"p50 {num(r['p50_ms'])} ms, p95 {num(r['p95_ms'])} ms ({r['results']}/"
              f"{r['sent']} runs)") for r in figs.get("settle", {}).values()]
     if m := figs.get("memory"):
         out.append((f"memory per 10,000 open runs of 10 spans ({m['runs']:,} held)",
-                    f"{_num(m['rss_mb_per_10k_runs'], 1)} MB RSS ({m['idle_rss_mb']} -> "
-                    f"{m['held_rss_mb']} MB); spans held {_num(m['span_mb_per_10k_runs'], 1)} MB;"
+                    f"{num(m['rss_mb_per_10k_runs'], 1)} MB RSS ({m['idle_rss_mb']} -> "
+                    f"{m['held_rss_mb']} MB); spans held {num(m['span_mb_per_10k_runs'], 1)} MB;"
                     f" {m['spans']:,} spans held in {m['absorbed_s']} s"))
     if pl := figs.get("plain"):
         on, off = pl["on"], pl["off"]
@@ -368,31 +214,16 @@ def main() -> int:
     parser.add_argument("--run-rate", type=float, default=10.0, help="runs/s, root -> result")
     parser.add_argument("--chat-rate", type=float, default=50.0, help="plain chat spans/s")
     parser.add_argument("--seconds", type=float, default=15.0, help="length of paced runs")
-    parser.add_argument("--only", default=",".join(FIGURES))
-    parser.add_argument("--bootstrap", help="use this broker instead of a fresh one")
-    parser.add_argument("--broker", choices=BROKERS, default="embedded",
-                        help="the fresh broker: embedded (default) or Apache Kafka")
+    broker_options(parser, FIGURES)
     args = parser.parse_args()
-    info, only, clock = meta(), args.only.split(","), Stopwatch()  # load and commit first
-    info["broker"] = args.bootstrap or broker_label(args.broker)
-    with tempfile.TemporaryDirectory() as folder, \
-            running_broker(args.bootstrap, args.broker) as bootstrap, JudgeProc(0) as judge:
-        rig = (bootstrap, judge.api_base, Path(folder))
-        steps = {"throughput": lambda: throughput(rig, args.runs),
-                 "settle": lambda: root_to_result(rig, args.run_rate, args.seconds),
-                 "memory": lambda: memory(rig, args.open_runs),
-                 "plain": lambda: plain_chat(rig, args.chat_rate, args.seconds)}
-        figs = {}
-        for name in (n for n in FIGURES if n in only):
-            figs[name] = steps[name]()
-            print("\n".join(f"  {m}: {f}" for m, f in rows({name: figs[name]})), flush=True)
-    info["wall_s"] = clock.seconds
-    table = rows(figs)
-    print(f"\n{info['date']}  {info['machine']}  {info['broker']}  commit {info['commit']}  "
-          f"load {info['load_at_start']}  ({info['wall_s']} s)\n| measure | figure |\n|---|---|")
-    print("\n".join(f"| {measure} | {figure} |" for measure, figure in table))
-    write_json(f"agent_runs-{args.broker}", {"meta": info, "figures": figs, "rows": table})
-    return 0
+
+    def steps(rig: Rig) -> dict[str, Any]:
+        return {"throughput": lambda: throughput(rig, args.runs),
+                "settle": lambda: root_to_result(rig, args.run_rate, args.seconds),
+                "memory": lambda: memory(rig, args.open_runs),
+                "plain": lambda: plain_chat(rig, args.chat_rate, args.seconds)}
+
+    return run_figures("agent_runs", args, FIGURES, steps, rows)
 
 
 if __name__ == "__main__":

@@ -69,19 +69,24 @@ class JudgeProc:
     """The stand-in judge in its own process (``bench/judge_proc.py``).
 
     ``calls`` and ``per_second`` (epoch second -> calls answered) are read from
-    the process's last stdout line after :meth:`stop`.
+    the process's last stdout line after :meth:`stop`; with ``prefix_cache`` the
+    judge reports cached tokens as a prefix-caching server would, and ``usage``
+    sums the prompt and cached tokens it reported.
     """
 
-    def __init__(self, latency_ms: float = 0.0) -> None:
-        self.latency_ms = latency_ms
+    def __init__(self, latency_ms: float = 0.0, prefix_cache: bool = False) -> None:
+        self.latency_ms, self.prefix_cache = latency_ms, prefix_cache
+        self.usage: dict[str, int] = {}
         self.proc: subprocess.Popen[str] | None = None
         self.api_base = ""
         self.calls: int | None = None
         self.per_second: dict[int, int] = {}
 
     def start(self) -> JudgeProc:
-        self.proc = subprocess.Popen([PY, str(BENCH / "judge_proc.py"), "--latency-ms",
-                                      str(self.latency_ms)], stdout=subprocess.PIPE, text=True)
+        args = [PY, str(BENCH / "judge_proc.py"), "--latency-ms", str(self.latency_ms)]
+        if self.prefix_cache:
+            args.append("--prefix-cache")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
         self.api_base = self.proc.stdout.readline().strip()  # type: ignore[union-attr]
         if not self.api_base.startswith("http"):
             self.stop()
@@ -103,6 +108,7 @@ class JudgeProc:
             stats = json.loads(lines[-1])
             self.calls = stats.get("calls")
             self.per_second = {int(k): v for k, v in stats.get("per_second", {}).items()}
+            self.usage = stats.get("usage", {})
 
     def calls_per_s(self, t0_ms: float, t1_ms: float) -> float | None:
         """Judge calls per second over whole seconds inside [t0, t1] (epoch ms)."""

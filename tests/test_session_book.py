@@ -4,6 +4,7 @@ turns but the first, and recovery from the table (no Kafka: a dict table)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -94,6 +95,21 @@ def test_a_flagged_turn_makes_the_session_due_at_once():
     assert (case["case_id"], case["session_block"]["trigger"]) == ("c1#2", "turn_flagged")
     assert case["session_block"]["flagged_turns"] == [2]
     assert s.send(b"tick", "c1") is None  # the flag was judged
+
+
+def test_the_sweep_ticks_a_session_again_as_soon_as_its_judgment_is_done():
+    # A whole the sweep ticked is held back for TICK_AGAIN_MS while its tick is on its
+    # way; once that tick's judgment is done the hold ends, or a session due again
+    # (a flagged turn, n more turns) waited up to 5 s for its next judgment.
+    s = _sessions(session_judge_every=1)
+    s.turn("c1", 1)
+    now = int(time.time() * 1000)
+    assert s.assembler.ticks_to_send(now) == [("c1", b"")]
+    assert s.assembler.ticks_to_send(now + 1000) == []  # the tick is on its way
+    s.judge("c1")
+    s.turn("c1", 2, flagged=True)
+    assert s.assembler.ticks_to_send(now + 2000) == [("c1", b"")]
+    assert s.judge("c1")["session_block"]["trigger"] == "turn_flagged"
 
 
 def test_an_idle_session_is_judged_once_more_closed_and_judged_again_when_it_resumes():

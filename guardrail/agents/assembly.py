@@ -172,6 +172,10 @@ class Assembler:
         header = self.book.headers.get(key)
         if header is None or header.state != "closing":
             return
+        # The tick the sweep held the whole back for has been judged: a session due
+        # again (n more turns, a flagged one) is ticked at the next sweep, not when
+        # TICK_AGAIN_MS after the last tick ran out.
+        self._ticked.pop(key, None)
         for item_id in self.gathering.finish(key, header, now_ms=_now_ms()):
             self.table.pop(self._item_key(key, item_id), None)
         self._write(key, header)
