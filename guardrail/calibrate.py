@@ -38,6 +38,7 @@ from .errors import InputError
 from .evaluate import aggregate_cost, build_evaluator
 from .judges.llm import Judge
 from .labels import LabelledCase, default_labels_path, read_labels
+from .metric_sets import MetricSets, case_kind
 from .models import MetricResult
 from .settings import Settings
 from .thresholds import (DEFAULT_THRESHOLD, Choice, Point, Target, display_rows, point_at,
@@ -68,18 +69,13 @@ async def calibrate(cases: Sequence[LabelledCase], *, settings: Settings,
     measure it); cache hits are left out of latency figures.
     """
     evaluator = build_evaluator(settings, judge=judge)
-    # Runs' metrics include the agent rubrics: labels may name them too.
-    rubrics = {m.name: m for m in getattr(evaluator, "run_metrics", evaluator.base_metrics)}
-    unknown = sorted({c.metric for c in cases} - set(rubrics))
-    if unknown:
-        raise InputError(f"labels name unknown metrics {unknown}; known: {sorted(rubrics)} "
-                         "(add rubrics with --rubric-dir)")
-    _check_runs_for_agent_metrics(cases, evaluator)
+    max_chars = settings.sessions.session_max_chars
+    _check_metrics(cases, evaluator.metric_sets, max_chars)
     limit = asyncio.Semaphore(settings.judge.concurrency)
     started = time.perf_counter()
 
     async def one(index: int, labelled: LabelledCase) -> Outcome:
-        case = labelled.to_case(index)
+        case = labelled.to_case(index, session_max_chars=max_chars)
         async with limit:  # no more prompts rendered at once than the judge takes
             t0 = time.perf_counter()
             config = evaluator.effective_config(case)
@@ -87,7 +83,10 @@ async def calibrate(cases: Sequence[LabelledCase], *, settings: Settings,
                 together = await evaluator.evaluate_together(case, config.metrics, config)
                 result = _with_call_spend(labelled.metric, together)
             else:
-                result = await evaluator.evaluate_metric(case, rubrics[labelled.metric], config)
+                # By name from the case's own set: a conversation's bias is the
+                # session rubric over its transcript, not the message rubric.
+                rubric = next(m for m in config.metrics if m.name == labelled.metric)
+                result = await evaluator.evaluate_metric(case, rubric, config)
             wall = time.perf_counter() - t0
         outcome = Outcome(index, labelled, _predicted(result), result.judge_seconds or wall,
                           result)
@@ -120,16 +119,35 @@ def _report(outcomes: Sequence[Outcome], settings: Settings, judge_model: str, t
                              configured_thresholds=configured, labels=labels)
 
 
-def _check_runs_for_agent_metrics(cases: Sequence[LabelledCase], evaluator: Any) -> None:
-    """A label for a metric only runs get (an agent rubric) on a case that is no
-    run is a labelling mistake: say which, before any judge call."""
-    plain = {m.name for m in evaluator.base_metrics}
-    wrong = [c.case_id or f"line {i + 1}" for i, c in enumerate(cases)
-             if c.metric not in plain and not c.to_case(i).trajectory]
-    if wrong:
-        raise InputError(f"{len(wrong)} label(s) name a metric that reads an agent run's "
-                         f"trajectory but have none (give messages with tool calls, or a "
-                         f"trajectory): {', '.join(wrong[:5])}")
+#: What a case must carry for a metric only some kinds of case are judged on.
+_NEEDS = {"run": "reads an agent run's trajectory but have none (give messages with tool "
+                 "calls, or a trajectory)",
+          "session": "reads a conversation's transcript but have no turns (give turns: "
+                     '[{"user": …, "assistant": …}, …])'}
+
+
+def _check_metrics(cases: Sequence[LabelledCase], sets: MetricSets, max_chars: int) -> None:
+    """Every label's metric must be one its case is judged on: an unknown name,
+    an agent metric on a case that is no run, a session metric on a case without
+    turns, or a conversation labelled for a metric sessions are not judged on is
+    a labelling mistake. Say which, before any judge call."""
+    names = {kind: {m.name for m in sets.for_kind(kind)} for kind in ("base", "run", "session")}
+    unknown = sorted({c.metric for c in cases} - set().union(*names.values()))
+    if unknown:
+        raise InputError(f"labels name unknown metrics {unknown}; known: "
+                         f"{sorted(set().union(*names.values()))} (add rubrics with --rubric-dir)")
+    wrong: dict[str, list[str]] = {}
+    for index, labelled in enumerate(cases, start=1):
+        kind = case_kind(labelled.to_case(index, session_max_chars=max_chars))
+        if labelled.metric not in names[kind]:
+            needs = "conversation" if kind == "session" else (
+                "session" if labelled.metric in names["session"] - names["run"] else "run")
+            wrong.setdefault(needs, []).append(labelled.case_id or f"line {index}")
+    for needs, ids in wrong.items():
+        what = (f"name a metric that {_NEEDS[needs]}" if needs in _NEEDS else
+                f"give turns but name a metric a conversation is not judged on (session "
+                f"metrics: {', '.join(sorted(names['session']))})")
+        raise InputError(f"{len(ids)} label(s) {what}: {', '.join(ids[:5])}")
 
 
 def _with_call_spend(metric: str, results: list[MetricResult]) -> MetricResult:

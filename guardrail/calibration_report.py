@@ -67,13 +67,17 @@ class Outcome:
 
     def as_dict(self) -> dict[str, Any]:
         """A ``misjudged.jsonl`` line: the label file's own extra columns first,
-        then the report's fields (which win over an extra of the same name)."""
+        then the report's fields (which win over an extra of the same name); a
+        labelled conversation keeps its ``turns``."""
         verdict = self.result.result[0] if self.result.result else None
         probability = self.probability
         return {**self.case.extras,
                 "case_id": self.case.case_id or f"{self.case.metric}-{self.index}",
                 "metric": self.case.metric, "label": self.case.label,
                 "predicted": self.predicted, "output": self.case.output,
+                # A conversation stays one, so the line can be fed back as --labels.
+                **({"turns": [t.model_dump(exclude_none=True) for t in self.case.turns]}
+                   if self.case.turns is not None else {}),
                 "note": self.case.note, "error": self.result.error,
                 "probability_unsafe": None if probability is None else round(probability, 4),
                 "violations": verdict.violations if verdict else [],

@@ -3,10 +3,7 @@
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -23,9 +20,7 @@ from guardrail.parsing import BinaryAnswer
 from guardrail.prompts import render_prompt
 from guardrail.rubrics import default_metrics
 from guardrail.settings import load_settings
-
-BIN = Path(sys.executable).parent
-
+from support.calibrate_cli import run_calibrate
 
 def _write(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -156,14 +151,7 @@ def rule_judge():
 
 
 def _cli(args, server, cwd):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GUARDRAIL_")}
-    env.update({"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-                "GUARDRAIL_JUDGE_MODEL": "openai/test-judge",
-                "GUARDRAIL_JUDGE_API_BASE": server.api_base,
-                "GUARDRAIL_JUDGE_API_KEY": "sk-calibrate-secret",
-                "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
-    return subprocess.run(["guardrail", "calibrate", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return run_calibrate(args, server, cwd)
 
 
 def test_cli_on_the_shipped_labels_shows_how_weak_a_word_list_is(rule_judge, tmp_path):

@@ -42,8 +42,9 @@ def _parse_target(_ctx: click.Context, _param: click.Parameter, value: str) -> T
 @click.command("calibrate", short_help="Measure a judge on labelled cases; set thresholds.")
 @click.option("--labels", "labels_path", type=click.Path(exists=True, dir_okay=False,
                                                          path_type=Path),
-              help='JSON Lines of {"output", "label": "unsafe"|"safe", "metric"} '
-                   "(default: the built-in set of 40).")
+              help='JSON Lines of {"output", "label": "unsafe"|"safe", "metric"}, or of '
+                   '{"turns": [{"user", "assistant"}, …], "label", "metric"} for a '
+                   "conversation judged as a session (default: the built-in set of 40).")
 @click.option("--labels-topic", "labels_topic", is_flag=False, flag_value="", default=None,
               metavar="[TOPIC]",
               help="Read the reviewers' labels from this Kafka topic (alone: the labels_topic "
