@@ -112,6 +112,22 @@ def test_the_sweep_ticks_a_session_again_as_soon_as_its_judgment_is_done():
     assert s.judge("c1")["session_block"]["trigger"] == "turn_flagged"
 
 
+def test_a_turn_during_the_idle_judgment_resumes_the_closed_session():
+    # The idle judgment's result says "closed" and counts the session in the windows;
+    # a turn that came while it was judged must make the next judgment "resumed", as a
+    # turn after it would, not a second "idle" one counted in the windows again.
+    s = _sessions()
+    s.turn("c1", 1)
+    _age(s, "c1", 61)
+    message = s.send(b"tick", "c1")
+    assert orjson.loads(message.value)["session_block"]["status"] == "closed"
+    s.turn("c1", 2)  # while the closing judgment is on its way
+    s.send(b"done", "c1")
+    _age(s, "c1", 61)
+    block = s.judge("c1")["session_block"]
+    assert (block["turns"], block["trigger"], block["status"]) == (2, "resumed", "open")
+
+
 def test_an_idle_session_is_judged_once_more_closed_and_judged_again_when_it_resumes():
     s = _sessions()
     for n in (1, 2, 3):

@@ -85,10 +85,13 @@ class SessionGathering:
     def finish(self, key: str, header: SessionHeader, *, now_ms: int) -> list[str]:
         header.judged_turns = header.judging_turns
         header.judgments += 1
-        caught_up = header.turns == header.judged_turns
-        if header.status == "idle" and caught_up:
+        if header.status == "idle":  # published as closed and counted in the windows
             header.state, header.closed_ms = "closed", now_ms
-        else:  # turns came during the judgment: due again as they say
+            if header.turns > header.judged_turns:
+                # A turn came during this closing judgment: the session resumes, as
+                # after a turn that came later (a second "idle" would count it twice).
+                header.state, header.resumed, header.closed_ms = "open", True, None
+        else:  # turns that came during the judgment make it due again as they say
             header.state = "open"
         header.tick = None
         return []
