@@ -15,6 +15,7 @@ every ``acks=all`` write fail. Both are said at start, never silently taken.
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
@@ -76,6 +77,10 @@ async def _takes_idempotence(kafka: KafkaSettings) -> bool:
     once, which brokers without the feature refuse."""
     producer = AIOKafkaProducer(enable_idempotence=True, acks="all",
                                 request_timeout_ms=15000, **client_options(kafka))
+    # A refusal is an answer here, not an error for the log (aiokafka logs one).
+    aiokafka_logger = logging.getLogger("aiokafka")
+    level = aiokafka_logger.level
+    aiokafka_logger.setLevel(logging.CRITICAL)
     try:
         await producer.start()
         return True
@@ -84,6 +89,7 @@ async def _takes_idempotence(kafka: KafkaSettings) -> bool:
     finally:
         with contextlib.suppress(Exception):
             await producer.stop()
+        aiokafka_logger.setLevel(level)
 
 
 def replication_for(kafka: KafkaSettings, facts: ClusterFacts) -> int:
