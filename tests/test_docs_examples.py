@@ -62,6 +62,9 @@ def page_runs(request, tmp_path_factory) -> dict[str, PageRun]:
 
 
 @pytest.mark.kafka
+# The first page's setup runs every page (two at once): about 4 minutes on two quiet
+# cores, more under load, past the suite's 300 s default meant for one test.
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("page", sorted(RUNNABLE))
 def test_the_command_blocks_of_a_page_run(page, page_runs):
     if missing := _missing_tools(page):

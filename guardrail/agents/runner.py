@@ -21,10 +21,10 @@ from mode.utils.futures import maybe_cancel
 from mode.utils.logging import DEFAULT_FORMAT, DefaultFormatter
 
 from .._litellm import price_tokens
-from ..kafka.cluster_facts import (ClusterFacts, describe, replication_warnings,
-                                   worker_topic_replicas)
+from ..kafka.cluster_facts import (ClusterFacts, cluster_facts, describe, replication_warnings,
+                                   settled, worker_topic_replicas)
 from ..kafka.topics import ensure_topics, review_topics, topic_plan
-from ..settings import JudgeSettings, Settings
+from ..settings import JudgeSettings, KafkaSettings
 from .app import runs_assembled
 from .run_assembly import run_spans_topic
 from .session_assembly import session_turns_topic, sessions_assembled
@@ -132,11 +132,11 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
-def _say_replication(settings: Settings, facts: ClusterFacts, planned: list[str]) -> None:
+def _say_replication(kafka: KafkaSettings, facts: ClusterFacts, planned: list[str]) -> None:
     """The start line on replication and producers, and a warning per risk."""
-    log.info("%s", describe(settings.kafka, facts))
-    existing = asyncio.run(worker_topic_replicas(settings.kafka, planned))
-    for line in replication_warnings(settings.kafka, facts, existing):
+    log.info("%s", describe(kafka, facts))
+    existing = asyncio.run(worker_topic_replicas(kafka, planned))
+    for line in replication_warnings(kafka, facts, existing):
         log.warning("%s", line)
 
 
@@ -149,11 +149,15 @@ def run_worker(runtime: WorkerRuntime, *, loglevel: str = "info") -> None:
         (run_spans_topic(settings.kafka.app_id), runs_assembled(settings)),
         (session_turns_topic(settings.kafka.app_id), sessions_assembled(settings))) if on}
     plan = {**topic_plan(settings.kafka), **internal}
-    asyncio.run(ensure_topics(settings.kafka, {**plan, **review}, strict=frozenset(plan),
+    # Replication and idempotence from the cluster: before the app starts, which
+    # is when Faust declares its changelog topics and starts its producer.
+    facts = asyncio.run(cluster_facts(settings.kafka))
+    kafka = settled(settings.kafka, facts)
+    runtime.app.conf.topic_replication_factor = kafka.topic_replication
+    runtime.app.idempotent_producer = bool(kafka.producer_idempotence)
+    asyncio.run(ensure_topics(kafka, {**plan, **review}, strict=frozenset(plan),
                               compacted=frozenset({settings.review.labels_topic} & set(review))))
-    facts = runtime.state.get("cluster_facts")
-    if facts is not None:  # the worker command asked the cluster first
-        _say_replication(settings, facts, [*plan, *review])
+    _say_replication(kafka, facts, [*plan, *review])
     log.info("guardrail worker: %s -> %s (dlq %s, alerts %s), judge %s",
              settings.kafka.input_topic, settings.kafka.results_topic, settings.kafka.dlq_topic,
              settings.kafka.alerts_topic, settings.judge.model)

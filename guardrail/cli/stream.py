@@ -83,17 +83,11 @@ def worker_command(input_topic: str | None, results_topic: str | None, web_port:
     """Run the streaming guardrail worker (Faust) until SIGTERM: judge each record of
     the input topic, publish results, windowed rates and alerts."""
     from ..agents import build_app, run_worker
-    from ..kafka.cluster_facts import settle_cluster
 
     settings = _settings(input_topic=input_topic, results_topic=results_topic,
                          web_port=web_port, **flags)
     logging.basicConfig(level=loglevel.upper())
-    # Replication and idempotence from the cluster, before the app (and its
-    # changelog topics) is built.
-    settings, facts = asyncio.run(settle_cluster(settings))
-    runtime = build_app(settings)
-    runtime.state["cluster_facts"] = facts
-    run_worker(runtime, loglevel=loglevel)
+    run_worker(build_app(settings), loglevel=loglevel)
 
 
 @click.command("produce", short_help="Publish cases from JSON / JSONL, keyed by case_id.")

@@ -23,11 +23,11 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.protocol.metadata import MetadataRequest
 
-from ..settings import KafkaSettings, Settings
+from ..settings import KafkaSettings
 from .clients import check_reachable, client_options
 
 __all__ = ["ClusterFacts", "cluster_facts", "replication_for", "replication_warnings",
-           "replica_counts", "settle_cluster", "worker_topic_replicas", "describe",
+           "replica_counts", "settled", "worker_topic_replicas", "describe",
            "DEFAULT_REPLICATION"]
 
 #: Replicas a topic gets when ``topic_replication`` is unset, at most the brokers.
@@ -134,15 +134,11 @@ async def replica_counts(kafka: KafkaSettings, topics: list[str]) -> dict[str, i
             for t in metadata["topics"] if t["error_code"] == 0 and t["partitions"]}
 
 
-async def settle_cluster(settings: Settings) -> tuple[Settings, ClusterFacts]:
-    """The settings a worker runs with on this cluster: ``topic_replication`` and
-    ``producer_idempotence`` resolved where unset (Faust's changelog topics take
-    the replication when the app is built, so this comes first)."""
-    facts = await cluster_facts(settings.kafka)
-    kafka = settings.kafka.model_copy(update={
-        "topic_replication": replication_for(settings.kafka, facts),
-        "producer_idempotence": facts.idempotence})
-    return settings.model_copy(update={"kafka": kafka}), facts
+def settled(kafka: KafkaSettings, facts: ClusterFacts) -> KafkaSettings:
+    """The Kafka settings a worker runs with on this cluster: ``topic_replication``
+    and ``producer_idempotence`` resolved where unset."""
+    return kafka.model_copy(update={"topic_replication": replication_for(kafka, facts),
+                                    "producer_idempotence": facts.idempotence})
 
 
 async def worker_topic_replicas(kafka: KafkaSettings, planned: list[str]) -> dict[str, int]:
