@@ -11,6 +11,8 @@ import logging
 import os
 from types import ModuleType
 
+from ._price_map import linear_prices, price_entry
+
 __all__ = ["litellm", "price_tokens", "count_message_tokens", "cached_input_price",
            "max_input_tokens"]
 
@@ -82,7 +84,16 @@ def _linear_prices(model: str) -> tuple[float, float, float] | tuple[()] | None:
 
     Asking litellm on every judge call cost ~12 % of a worker's CPU (an
     exception per call for unknown models), so the answer is kept per model.
+    Plain entries of the bundled map are read without litellm (:mod:`._price_map`).
     """
+    entry = price_entry(model)
+    if entry is not None:
+        if not entry:
+            return ()
+        linear = linear_prices(entry)
+        if linear is not None:
+            unit_in, unit_out, cached_in = linear
+            return unit_in, unit_out, unit_in if cached_in is None else cached_in
     unit_in, unit_out = _map_cost(model, 1000, 0), _map_cost(model, 0, 1000)
     if unit_in is None or unit_out is None:
         return ()
@@ -96,6 +107,9 @@ def _linear_prices(model: str) -> tuple[float, float, float] | tuple[()] | None:
 
 
 def _model_info(model: str) -> dict[str, object]:
+    entry = price_entry(model)
+    if entry is not None and (not entry or linear_prices(entry) is not None):
+        return entry
     try:
         return dict(litellm().get_model_info(model))
     except Exception:  # not in the map

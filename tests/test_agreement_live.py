@@ -77,7 +77,7 @@ def _row(port: int, window_start: str, *, reviewed: int, judged: int = 30,
         rows = json.loads(_get(port, "/agreement?metric=toxicity"))["agreement"]
         found = [r for r in rows if r["window_start"] == window_start]
         if found and found[0]["reviewed"] == reviewed and \
-                found[0]["observed_judged"] >= judged:
+                (found[0]["observed_judged"] or 0) >= judged:
             return found[0]
         time.sleep(0.5)
     raise AssertionError(f"no complete row for {window_start}: {rows}")

@@ -20,11 +20,13 @@ from faust import Worker
 from mode.utils.futures import maybe_cancel
 from mode.utils.logging import DEFAULT_FORMAT, DefaultFormatter
 
-from .._litellm import price_tokens
+from .._litellm import litellm, price_tokens
+from ..judges.cascade import escalation_judge_settings
+from ..judges.transports import uses_direct_http
 from ..kafka.cluster_facts import (ClusterFacts, cluster_facts, describe, replication_warnings,
                                    settled, worker_topic_replicas)
 from ..kafka.topics import ensure_topics, review_topics, topic_plan
-from ..settings import JudgeSettings, KafkaSettings
+from ..settings import JudgeSettings, KafkaSettings, Settings
 from .app import runs_assembled
 from .run_assembly import run_spans_topic
 from .session_assembly import session_turns_topic, sessions_assembled
@@ -122,9 +124,21 @@ def settle_heap(judge: JudgeSettings) -> None:
 
 
 def load_prices(judge: JudgeSettings) -> None:
-    """Import litellm's price map (seconds of import) by pricing one token."""
+    """Read the judge's prices by pricing one token (the bundled price map,
+    milliseconds; litellm's import, seconds, only for a price only it knows)."""
     price_tokens(judge.model, 1, 1, input_cost_per_token=judge.input_cost_per_token,
                  output_cost_per_token=judge.output_cost_per_token)
+
+
+def import_litellm_if_called(settings: Settings) -> None:
+    """Import litellm now when a judge is sent through it: before the event loop
+    runs. Seconds of import starve the loop even from a thread (the GIL): judge
+    calls in flight would time out and be sent again."""
+    judges = [settings.judge]
+    if settings.escalation.model:
+        judges.append(escalation_judge_settings(settings.judge, settings.escalation))
+    if any(not uses_direct_http(j.transport, j.model, j.api_base) for j in judges):
+        litellm()
 
 
 def freeze_heap() -> None:
@@ -162,11 +176,11 @@ def run_worker(runtime: WorkerRuntime, *, loglevel: str = "info") -> None:
              settings.kafka.input_topic, settings.kafka.results_topic, settings.kafka.dlq_topic,
              settings.kafka.alerts_topic, settings.judge.model)
 
+    import_litellm_if_called(settings)
+    load_prices(settings.judge)
+
     @runtime.app.task
-    async def settle() -> None:  # once the worker is up, before the load
-        # The import in a thread: seconds with the loop blocked would delay
-        # everything else the worker does as it comes up.
-        await asyncio.to_thread(load_prices, settings.judge)
+    async def settle() -> None:  # once the worker is up: what it holds from now on
         freeze_heap()
 
     # A fresh loop: asyncio.run() above closed its own.
