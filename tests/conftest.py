@@ -87,10 +87,11 @@ def apache_kafka_bootstrap(apache_kafka):
     return apache_kafka.bootstrap
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def apache_cluster(tmp_path_factory):
     """A three-node Apache Kafka cluster (replication 3, min.insync.replicas 2),
-    one per test process: three JVMs start slowly on two cores."""
+    one per test file that asks (keep the cluster tests in one file: three JVMs
+    start slowly on two cores, and left idle they take CPU from the suite)."""
     from guardrail.kafka.apache import ApacheKafkaCluster, unavailable_reason
 
     reason = unavailable_reason()
