@@ -126,7 +126,7 @@ def _sample(telemetry, name, **labels):
 
 
 def test_the_worker_exports_logs_and_reports_a_stall_once(caplog):
-    from guardrail.agents.liveness import check, stalled_partitions
+    from guardrail.agents.liveness import check, stalled_now
 
     runtime, offsets = _worker()
     telemetry = runtime.telemetry
@@ -146,8 +146,9 @@ def test_the_worker_exports_logs_and_reports_a_stall_once(caplog):
     # Faust's changelog is read, never committed: neither lag nor liveness.
     assert _sample(telemetry, "guardrail_seconds_since_progress",
                    topic="app-windows-changelog", partition="0") is None
-    assert stalled_partitions(runtime) == [{"topic": TOPIC, "partition": 0, "lag": 55,
-                                            "committed": 10, "seconds_since_progress": 15.0}]
+    assert [s.as_dict() for s in stalled_now(runtime)] == [
+        {"topic": TOPIC, "partition": 0, "lag": 55, "committed": 10,
+         "seconds_since_progress": 15.0}]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and f"partition {TOPIC}[0] stalled: lag 50" in warnings[0]
     assert "for 10 s" in warnings[0]
@@ -157,7 +158,7 @@ def test_the_worker_exports_logs_and_reports_a_stall_once(caplog):
     assert _sample(telemetry, "guardrail_stalled_partitions") == 0
     infos = [r.getMessage() for r in caplog.records if "progresses again" in r.getMessage()]
     assert infos == [f"partition {TOPIC}[0] progresses again: committed offset 30, lag 40"]
-    assert stalled_partitions(runtime) == []
+    assert stalled_now(runtime) == ()
 
 
 def test_a_worker_paused_on_a_judge_outage_is_paused_not_stalled(caplog):

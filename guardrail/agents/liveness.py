@@ -4,7 +4,7 @@ partition it commits and tells a stalled worker from a busy one
 
     register(runtime)           # a timer: check(runtime) every few seconds
     report = check(runtime)     # also on each /metrics scrape, for a fresh lag
-    runtime.state["liveness_report"].stalled   # what /health and /dashboard show
+    stalled_now(runtime)        # what /health and /dashboard show
 
 Each check sets ``guardrail_consumer_lag`` and ``guardrail_seconds_since_progress``
 per partition and ``guardrail_stalled_partitions``; it logs one WARNING when a
@@ -19,12 +19,12 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..stream.liveness import Liveness, LivenessReport, Sample
+from ..stream.liveness import Liveness, LivenessReport, PartitionStatus, Sample
 
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime
 
-__all__ = ["check", "check_interval", "committed_lag", "register", "stalled_partitions"]
+__all__ = ["check", "check_interval", "committed_lag", "register", "stalled_now"]
 
 log = logging.getLogger("guardrail.worker")
 
@@ -72,10 +72,14 @@ def check(runtime: WorkerRuntime, now: float | None = None) -> LivenessReport:
     return report
 
 
-def stalled_partitions(runtime: Any) -> list[dict[str, object]]:
-    """The stalled partitions of the last check, JSON-ready ([] before the first)."""
-    report = runtime.state.get("liveness_report")
-    return [s.as_dict() for s in report.stalled] if report is not None else []
+def stalled_now(runtime: Any) -> tuple[PartitionStatus, ...]:
+    """The stalled partitions of the last check; none before the first check, nor
+    while the judge is paused (the outage explains the wait, whatever the last
+    check saw)."""
+    report = getattr(runtime, "state", {}).get("liveness_report")
+    if report is None or runtime.telemetry.paused._value.get() == 1:
+        return ()
+    return report.stalled
 
 
 def _export(telemetry: Any, report: LivenessReport) -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..kafka.window_cells import sort_rows, window_row
 from ..stream.alerts import WindowCounts
 from ..stream.telemetry import CONTENT_TYPE_LATEST
-from .liveness import check, stalled_partitions
+from .liveness import check, stalled_now
 
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime as GuardrailApp
@@ -60,8 +60,7 @@ def register(runtime: GuardrailApp) -> None:
     @app.page("/health")
     async def health(web: Any, request: Any) -> Any:
         paused = runtime.telemetry.paused._value.get() == 1
-        # Never while paused: the outage explains the lack of progress.
-        stalled = [] if paused else stalled_partitions(runtime)
+        stalled = [s.as_dict() for s in stalled_now(runtime)]  # none while paused
         status = "paused" if paused else "stalled" if stalled else "ok"
         return web.json({"status": status, "judge_paused": paused,
                          "rebalancing": bool(app.rebalancing),
