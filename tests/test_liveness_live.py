@@ -2,7 +2,8 @@
 judging a backlog steadily (lag for longer than stall_seconds, offsets moving)
 it never counts a partition as stalled; once every judge call hangs (below
 the judge timeout, so no outage: the worker just makes no progress) the input
-partition shows as stalled, and it clears when the calls answer again."""
+partition shows as stalled (``guardrail status`` says so too), and it clears
+when the calls answer again."""
 
 from __future__ import annotations
 
@@ -112,6 +113,10 @@ def test_a_busy_worker_is_not_stalled_and_a_stuck_one_is_until_it_moves(
         assert health["status"] == "stalled", health
         assert [(p["topic"], p["partition"]) for p in health["stalled_partitions"]] == \
             [(topic, 0)]
+        status = env.cli("status", "--worker", f"127.0.0.1:{port}")
+        assert status.returncode == 1, status.stderr
+        assert status.stdout.startswith(f"127.0.0.1:{port}  stalled  1 partition with lag")
+        assert f"\n  {topic}[0]  lag " in status.stdout
 
         gate.set()  # the calls answer: it moves again
         _until(port, lambda s: _value(s, "guardrail_stalled_partitions") == 0
