@@ -225,7 +225,8 @@ class KafkaSettings(BaseModel):
 
 
 class WorkerSettings(BaseModel):
-    """How the streaming worker batches, waits out outages, stops and serves pages."""
+    """How the streaming worker batches, waits out outages, stops, serves pages and when
+    it counts as stalled."""
 
     model_config = GROUP_CONFIG
 
@@ -254,6 +255,10 @@ class WorkerSettings(BaseModel):
     stop_deadline_seconds: float = Field(default=45.0, gt=0)
     """Hard limit in seconds on a stop (the broker gone, say): past it the process
     exits at once. Nothing unfinished was acked, so those messages are redelivered."""
+    stall_seconds: float = Field(default=120.0, gt=0)
+    """Seconds a partition the worker holds may keep lag without its committed offset
+    moving before it counts as stalled (``guardrail_stalled_partitions``, a WARNING
+    line, ``/health``); not while the judge is paused on an outage, which explains it."""
     web_port: int = Field(default=6066, ge=1, le=65535)
     """Port of the worker's web pages (``/health``, ``/metrics``, ``/rates``,
     ``/dashboard``, ``/review`` and, with the review queue on, ``/agreement``)."""

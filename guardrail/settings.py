@@ -14,7 +14,7 @@ judge never sees the Kafka password)::
     settings.judge       # JudgeSettings: model, api_base, api_key, timeout, ...
     settings.evaluation  # EvaluationSettings: rubric_dir, redteam, cache_path, judge_calls
     settings.kafka       # KafkaSettings: bootstrap_servers, topics, security
-    settings.worker      # WorkerSettings: batching, outages, shutdown, web
+    settings.worker      # WorkerSettings: batching, outages, shutdown, web, stalls
     settings.windows     # WindowSettings: windows, groups, alert rules, webhook
     settings.sampling    # SamplingSettings: sample rate and rules, the judge budget
     settings.inputs      # InputSettings: input_format, input_mapping, otlp_endpoint, ...

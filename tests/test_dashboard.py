@@ -389,3 +389,27 @@ def _column(page: Elements, table: str, name: str) -> list[str]:
     width = len(cells) // len(rows)
     assert width == len(header)
     return cells[header.index(name)::width]
+
+
+async def test_stalled_partitions_show_at_the_top_and_not_while_the_judge_is_paused(scenario):
+    from guardrail.stream.liveness import LivenessReport, PartitionStatus
+
+    stalled = PartitionStatus("in-<b>", 0, 1234, 50, 130.4, stalled=True)
+    busy = PartitionStatus("in-<b>", 1, 900, 77, 0.0, stalled=False)
+    runtime = SimpleNamespace(settings=scenario.settings, telemetry=scenario.telemetry,
+                              state={"liveness_report": LivenessReport((stalled, busy))})
+    status, html = await render(runtime, rows=lambda: scenario.rows,
+                                alerts=lambda: scenario.alerts, context=PageContext())
+    assert len(Elements(html).with_class("stalled")) == 1
+    section = html[html.index('class="problems stalled"'):html.index('class="tiles"')]
+    assert status == 200 and "Stalled: 1 partition of this worker" in section
+    assert "<code>in-&lt;b&gt;</code> partition 0: lag 1,234, no committed progress for 130 s" \
+        in section
+    assert "partition 1" not in section
+    scenario.telemetry.paused.set(1)  # an outage explains the wait: the judge panel says so
+    try:
+        _, html = await render(runtime, rows=lambda: scenario.rows,
+                               alerts=lambda: scenario.alerts, context=PageContext())
+    finally:
+        scenario.telemetry.paused.set(0)
+    assert not Elements(html).with_class("stalled") and "judge paused" in html

@@ -88,7 +88,7 @@ def test_every_rule_says_how_bad_and_what_happened():
         assert rule["annotations"]["summary"], rule["alert"]
     covered = " ".join(e for _, e in rule_expressions())
     for metric in ("guardrail_alerts_total", "guardrail_judge_paused",
-                   "guardrail_consumer_lag", 'outcome="dlq"', 'verdict="error"',
+                   "guardrail_consumer_lag", "guardrail_stalled_partitions", 'outcome="dlq"', 'verdict="error"',
                    'verdict="unsafe"', "on (metric, model) group_left"):
         assert metric in covered, metric
     # The worker leaves Faust's internal topics out of the lag: no filter needed.

@@ -15,7 +15,9 @@ function or a coroutine function::
     dashboard.register(runtime, rows=fleet_rows, rates_scope="all workers")
 
 With the review queue on, the page also shows the judge's agreement with its
-reviewers (the tracker of :mod:`.agreement`, ``runtime.state["agreement"]``).
+reviewers (the tracker of :mod:`.agreement`, ``runtime.state["agreement"]``);
+partitions this worker holds with lag and no progress show at the top
+(:mod:`.liveness`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..stream.dashboard import PageContext, build_dashboard, render_page, spend_of
 from ..stream.dashboard.agreement import build_agreement
+from .liveness import stalled_now
 from .web import current_rates
 
 if TYPE_CHECKING:
@@ -94,7 +97,7 @@ async def render(runtime: WorkerRuntime, *, rows: Source, alerts: Source,
     data = build_dashboard(rate_rows, recent, window_seconds=windows.window_seconds,
                            version_label=windows.version_label,
                            spend=spend_of(runtime.telemetry), rules=windows.alert_rules,
-                           problems=problems, agreement=panel)
+                           problems=problems, agreement=panel, stalled=stalled_now(runtime))
     return (503 if rates_failed else 200), render_page(data, context)
 
 

@@ -3,10 +3,15 @@
     curl 127.0.0.1:6066/rates     # windows of the whole consumer group, newest first
     curl '127.0.0.1:6066/rates?scope=local'   # only those this worker's table holds
     curl 127.0.0.1:6066/health    # 200 {"status": "ok"}; 503 {"status": "paused"}
+                                  # 200 {"status": "stalled", "stalled_partitions": [...]}
     curl 127.0.0.1:6066/metrics   # Prometheus text format
 
 ``/health`` answers 503 while the worker holds a batch on a judge outage, so a
 load balancer or probe sees that results are not flowing; the body says why.
+It answers 200 ``"stalled"`` while partitions the worker holds keep lag with
+no committed progress for ``stall_seconds`` (:mod:`.liveness`), and lists them
+under ``stalled_partitions``: the worker is up, so a readiness probe keeps it,
+and whoever reads the body learns it makes no progress.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..kafka.window_cells import sort_rows, window_row
 from ..stream.alerts import WindowCounts
 from ..stream.telemetry import CONTENT_TYPE_LATEST
+from .liveness import check, stalled_now
 
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime as GuardrailApp
@@ -28,24 +34,6 @@ def current_rates(table: Any) -> list[dict[str, Any]]:
     group's cells: ``runtime.rates_view.rows()``, same row shape)."""
     return sort_rows([window_row(key, start, end, WindowCounts.from_dict(value))
                       for (key, (start, end)), value in list(table.data.items())])
-
-
-def _update_lag(runtime: GuardrailApp) -> None:
-    """Lag of the topics the worker commits. Faust's internal ones (table
-    changelogs, the assignor's leader topic) are read but never committed:
-    their "lag" would be their size, so they are left out."""
-    app = runtime.app
-    consumer = app.consumer
-    internal = set(app.tables.changelog_topics) | set(consumer.randomly_assigned_topics)
-    for tp in consumer.assignment():
-        if (tp.topic in internal or tp.topic.endswith("-changelog")
-                or tp.topic.endswith("__assignor-__leader")):
-            continue
-        highwater = consumer.highwater(tp)
-        committed = consumer._committed_offset.get(tp)  # no public accessor in 0.15.3
-        if highwater is not None:
-            lag = max(0, highwater - (committed or 0))
-            runtime.telemetry.lag.labels(topic=tp.topic, partition=str(tp.partition)).set(lag)
 
 
 def register(runtime: GuardrailApp) -> None:
@@ -72,15 +60,17 @@ def register(runtime: GuardrailApp) -> None:
     @app.page("/health")
     async def health(web: Any, request: Any) -> Any:
         paused = runtime.telemetry.paused._value.get() == 1
-        return web.json({"status": "paused" if paused else "ok",
-                         "judge_paused": paused,
-                         "rebalancing": bool(app.rebalancing)},
+        stalled = [s.as_dict() for s in stalled_now(runtime)]  # none while paused
+        status = "paused" if paused else "stalled" if stalled else "ok"
+        return web.json({"status": status, "judge_paused": paused,
+                         "rebalancing": bool(app.rebalancing),
+                         "stalled_partitions": stalled},
                         status=503 if paused else 200)
 
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:
         try:
-            _update_lag(runtime)
+            check(runtime)  # the lag as of this scrape (a timer checks in between)
         except Exception:  # lag is best effort while partitions move
             pass
         # aiohttp wants the charset apart from the content type.

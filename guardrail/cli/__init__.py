@@ -3,6 +3,7 @@
     guardrail estimate redteam --input cases.jsonl --limit 5
     guardrail run redteam --input cases.jsonl --output-dir out/ --fail-on-unsafe
     guardrail worker            # the streaming guardrail on Kafka
+    guardrail status            # is each worker ok, paused or stalled?
 
 The ``nexagauge`` alias exists because the judging contract's spec
 (``redteam-node.md``) writes its command lines as ``nexagauge estimate redteam …``
@@ -48,10 +49,12 @@ from .calibrate import calibrate_command  # noqa: E402
 from .inputs import inputs_group  # noqa: E402
 from .labels import labels_group  # noqa: E402
 from .local import register as _register_local  # noqa: E402
+from .status import status_command  # noqa: E402
 
 cli.add_command(calibrate_command)
 cli.add_command(inputs_group)
 cli.add_command(labels_group)
+cli.add_command(status_command)
 _register_local(cli)
 
 

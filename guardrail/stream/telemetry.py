@@ -74,6 +74,15 @@ class Telemetry:
                                      "the judge was unavailable", registry=r)
         self.lag = Gauge("guardrail_consumer_lag", "Messages not yet committed",
                          ["topic", "partition"], registry=r)
+        # Liveness (guardrail.stream.liveness): lag that makes no progress.
+        self.stalled_partitions = Gauge(
+            "guardrail_stalled_partitions", "Partitions this worker holds with lag and no "
+            "committed progress for stall_seconds (0 while the judge is paused: an outage "
+            "explains it)", registry=r)
+        self.seconds_since_progress = Gauge(
+            "guardrail_seconds_since_progress", "Seconds since the partition's committed "
+            "offset last moved or its lag was last 0 (since it was assigned, at most)",
+            ["topic", "partition"], registry=r)
         self.duplicate_judgments = Counter(
             "guardrail_duplicate_judgments", "Redelivered judgment events not counted again",
             registry=r)

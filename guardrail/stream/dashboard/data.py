@@ -266,6 +266,9 @@ class Dashboard:
     #: The judge against its reviewers, a :class:`.agreement.AgreementPanel`
     #: (None: review is off; not imported here, that module reads this one).
     agreement: Any = None
+    #: Partitions this worker holds with lag and no progress
+    #: (:class:`~guardrail.stream.liveness.PartitionStatus`).
+    stalled: tuple[Any, ...] = ()
 
     @property
     def metrics(self) -> tuple[str, ...]:
@@ -312,7 +315,8 @@ class Dashboard:
 def build_dashboard(rows: Iterable[Any], alerts: Iterable[Any], *, window_seconds: float,
                     version_label: str, spend: Spend | None = None,
                     rules: tuple[AlertRule, ...] = (), problems: Iterable[str] = (),
-                    now: float | None = None, agreement: Any = None) -> Dashboard:
+                    now: float | None = None, agreement: Any = None,
+                    stalled: Iterable[Any] = ()) -> Dashboard:
     """Check the rows and alerts and shape them for the page; bad ones become problems."""
     found = list(problems)
     cells = _cells(rows, version_label, found)
@@ -325,7 +329,7 @@ def build_dashboard(rows: Iterable[Any], alerts: Iterable[Any], *, window_second
     return Dashboard(window_seconds=window_seconds, version_label=version_label,
                      cells=tuple(cells), alerts=tuple(parsed_alerts), spend=spend,
                      problems=tuple(found), generated_at=time.time() if now is None else now,
-                     thresholds=thresholds, agreement=agreement)
+                     thresholds=thresholds, agreement=agreement, stalled=tuple(stalled))
 
 
 def utc_clock(ts: float, *, seconds: bool = False) -> str:

@@ -211,6 +211,19 @@ def _problems(data: Dashboard) -> str:
             f'<ul>{items}{more}</ul></section>')
 
 
+def _stalled(data: Dashboard) -> str:
+    """Partitions with lag whose committed offset stands: the worker is up, not moving."""
+    if not data.stalled:
+        return ""
+    items = "".join(f"<li><code>{escape(s.topic)}</code> partition {s.partition}: lag "
+                    f"{s.lag:,}, no committed progress for {s.seconds_since_progress:,.0f} s"
+                    "</li>" for s in data.stalled)
+    return (f'<section class="problems stalled" role="alert"><b>Stalled: '
+            f'{_count(len(data.stalled), "partition")} of this worker with lag and no '
+            f'progress</b> (not a judge outage; see <a href="/health">/health</a>)'
+            f"<ul>{items}</ul></section>")
+
+
 def _empty(context: PageContext) -> str:
     return ('<section class="card empty-state"><h2>No data yet</h2><p>No judgment has been '
             f'counted in any window ({escape(context.rates_scope)}). Charts appear here once '
@@ -243,7 +256,7 @@ def render_page(data: Dashboard, context: PageContext) -> str:
             f"<title>guardrail dashboard</title><style>{CSS}</style></head><body>"
             f"<header><h1>guardrail <span>live safety dashboard</span></h1>"
             f"<p class=\"subtitle\">{subtitle}</p></header>"
-            f"{_problems(data)}{_tiles(data, context)}{main}{agreement_panel(data.agreement)}"
+            f"{_stalled(data)}{_problems(data)}{_tiles(data, context)}{main}{agreement_panel(data.agreement)}"
             f"{_alerts(data, context)}"
             f"{_judge_panel(data)}"
             f"{_windows_table(data) if data.cells else ''}"
