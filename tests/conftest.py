@@ -63,7 +63,7 @@ def embedded_kafka_bootstrap(tmp_path_factory):
         pytest.skip(f"embedded broker unavailable: {exc}")
     broker = EmbeddedBroker(log_path=tmp_path_factory.mktemp("broker") / "tansu.log").start()
     yield broker.bootstrap
-    broker.stop()
+    broker.stop(timeout=2)  # throwaway data: no clean shutdown to wait for
 
 
 @pytest.fixture(scope="session")
@@ -79,7 +79,9 @@ def apache_kafka(tmp_path_factory):
     # Anything else that stops it from starting is an error, not a skip.
     broker = ApacheKafkaBroker(workdir=tmp_path_factory.mktemp("apache-kafka")).start()
     yield broker
-    broker.stop()
+    # Throwaway data: no clean shutdown to wait for (with the session's hundreds
+    # of topics it took half a minute at the end of a test process).
+    broker.stop(timeout=2)
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +101,7 @@ def apache_cluster(tmp_path_factory):
         pytest.skip(f"Apache Kafka unavailable: {reason}")
     cluster = ApacheKafkaCluster(workdir=tmp_path_factory.mktemp("kafka-cluster"), size=3)
     yield cluster.start()
-    cluster.stop()
+    cluster.stop(timeout=2)
 
 
 #: The brokers a test marked ``both_brokers`` runs on, as its id suffix says.

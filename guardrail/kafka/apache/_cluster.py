@@ -69,11 +69,13 @@ class ApacheKafkaCluster:
             raise
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 30.0) -> None:
+        """Each node's clean shutdown, SIGKILL past ``timeout`` (a throwaway
+        cluster, as in the tests, need not wait: its data goes with it)."""
         for number in self.nodes:
             self.resume(number)  # a stopped process cannot take SIGTERM's shutdown
         for node in self.nodes.values():
-            node.stop()
+            node.stop(timeout)
 
     def pid(self, number: int) -> int | None:
         process = self.nodes[number].process
