@@ -18,6 +18,8 @@ Experiments (comma-separate to combine):
 - ``uvloop``: the worker's event loop on uvloop instead of asyncio's.
 - ``no_windows``: no window agent (a decomposition, not a fix: what counting
   the judgment events costs).
+- ``litellm_at_start``: the start before prices were read from the bundled map:
+  litellm imported in a thread once the worker is up (for ``bench/first_result.py``).
 """
 
 from __future__ import annotations
@@ -186,6 +188,26 @@ def gc_relaxed() -> None:
     gc.set_threshold(50_000, 20, 20)
 
 
+def litellm_at_start() -> None:
+    """Import litellm in a thread once the worker is up, as the worker did to
+    read its prices before they came from the bundled map."""
+    import asyncio
+
+    import guardrail.agents
+    from guardrail._litellm import litellm
+
+    plain_run_worker = guardrail.agents.run_worker
+
+    def run_worker(runtime: Any, **kwargs: Any) -> None:
+        @runtime.app.task
+        async def settle_as_before() -> None:
+            await asyncio.to_thread(litellm)
+
+        plain_run_worker(runtime, **kwargs)
+
+    guardrail.agents.run_worker = run_worker
+
+
 def uvloop_loop() -> None:
     """The worker's event loop on uvloop (``pip install uvloop``)."""
     import uvloop
@@ -195,6 +217,7 @@ def uvloop_loop() -> None:
 
 EXPERIMENTS = {"uvloop": uvloop_loop, "gc_time": gc_time, "gc_relaxed": gc_relaxed, "stub_judge": stub_judge, "litellm": via_litellm,
                "faust_fetch_wait": faust_fetch_wait, "no_windows": no_windows,
+               "litellm_at_start": litellm_at_start,
                "tracemalloc": trace_memory, "objects": count_objects}
 
 
