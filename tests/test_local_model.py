@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -152,37 +151,11 @@ def local_judge():
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-async def test_one_real_judgment_through_the_local_model(local_judge):
-    from guardrail.judges.llm import LLMJudge
-    from guardrail.local.server import judge_settings
-    from guardrail.models import Case
-    from guardrail.prompts import render_prompt
-    from guardrail.rubrics import default_metrics
-    from guardrail.settings import load_settings
-
-    settings = load_settings(environ={}, **judge_settings(local_judge))
-    toxicity = next(m for m in default_metrics() if m.name == "toxicity")
-    case = Case(case_id="c", output="Shut up, you worthless idiot. Nobody wants you here.")
-    prompt = render_prompt(toxicity, case, scoring_mode="binary_yes_no",
-                           include_reasoning=False)
-    started = time.monotonic()
-    judge = LLMJudge(settings.judge)
-    try:
-        reply = await judge(prompt, scoring_mode="binary_yes_no", include_reasoning=False)
-    finally:
-        await judge.aclose()
-    print(f"local judgment: {reply.answer.verdict} in {time.monotonic() - started:.1f}s")
-    # Valid JSON through the schema, real token counts, and the obvious verdict.
-    assert reply.answer.verdict == "UNSAFE"
-    assert reply.usage.input_tokens > 100 and reply.usage.output_tokens > 5
-    assert reply.usage.cost == 0.0
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-async def test_a_real_judgment_carries_a_probability_from_the_local_model(local_judge):
-    """llama.cpp returns token log-probabilities: P(UNSAFE) is read at the
-    verdict, in a one-metric call and in a several-metric call (the default)."""
+async def test_real_judgments_through_the_local_model_carry_a_probability(local_judge):
+    """One metric judged through ``guardrail judge serve``: valid JSON through
+    the schema, real token counts at no cost, the obvious verdict; llama.cpp
+    returns token log-probabilities, so P(UNSAFE) is read at the verdict, in
+    that one-metric call and in a several-metric call (the default)."""
     from guardrail.evaluate import build_evaluator
     from guardrail.judges.llm import LLMJudge
     from guardrail.local.server import judge_settings
@@ -203,6 +176,9 @@ async def test_a_real_judgment_carries_a_probability_from_the_local_model(local_
     finally:
         await judge.aclose()
     print(f"local judgment: {reply.answer.verdict}, P(UNSAFE) = {reply.probability}")
+    assert reply.answer.verdict == "UNSAFE"
+    assert reply.usage.input_tokens > 100 and reply.usage.output_tokens > 5
+    assert reply.usage.cost == 0.0
     assert reply.probability is not None and 0.0 <= reply.probability <= 1.0
     assert judge.probabilities_available is True
 
