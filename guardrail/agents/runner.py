@@ -109,9 +109,10 @@ class GuardrailWorker(Worker):
 
 
 def settle_heap(judge: JudgeSettings) -> None:
-    """Load now what the first judgment would load (litellm's price map: seconds
-    of import that would stall the first batch), then take everything alive
-    out of the cyclic garbage collector's walks (``gc.freeze``).
+    """Load now what the first judgment would load (the judge's prices), then
+    take everything alive out of the cyclic garbage collector's walks
+    (``gc.freeze``): what :func:`run_worker` does in two steps, the prices
+    before the loop starts and the freeze once the worker is up.
 
     A worker starts with ~370,000 objects (Faust, aiokafka, litellm, pydantic
     schemas) that live as long as it does. Under load every full collection
