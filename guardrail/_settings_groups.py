@@ -259,6 +259,12 @@ class WorkerSettings(BaseModel):
     """Seconds a partition the worker holds may keep lag without its committed offset
     moving before it counts as stalled (``guardrail_stalled_partitions``, a WARNING
     line, ``/health``); not while the judge is paused on an outage, which explains it."""
+    kafka_trouble_seconds: float = Field(default=30.0, gt=0)
+    """Seconds of each Kafka trouble report: an interval in which the Kafka client
+    failed (brokers out of reach, produce or commit errors) gives one WARNING naming
+    the brokers and errors (repeated client lines are summed into it),
+    ``guardrail_kafka_trouble`` 1 and ``/health``'s ``kafka``; a whole interval
+    without failures clears them."""
     web_port: int = Field(default=6066, ge=1, le=65535)
     """Port of the worker's web pages (``/health``, ``/metrics``, ``/rates``,
     ``/dashboard``, ``/review`` and, with the review queue on, ``/agreement``)."""

@@ -2,7 +2,9 @@
 topic it writes (its own, the changelogs, the internal topics) with three
 replicas, says so at start with the producers' acks and idempotence, and names
 an existing topic of its own with fewer replicas; one replica on a cluster of
-several brokers is warned about."""
+several brokers is warned about. With two of the three brokers down it holds
+still, says why, and goes on by itself when they return (the other broker
+faults, each a minute or more: ``python bench/broker_faults.py``)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import asyncio
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from support.broker_faults import broker_fault_scenario
 from support.faults import sample_cases
 from support.harness import StreamEnv, TopicWatcher, produce
 
@@ -97,3 +100,23 @@ async def _worker_replicas(kafka: KafkaSettings, app_id: str, env: StreamEnv) ->
         await admin.close()
     ours = [t for t in names if t.startswith(f"{app_id}-") or t in env.topics.values()]
     return await replica_counts(kafka, ours)
+
+
+@pytest.mark.apache_kafka
+@pytest.mark.timeout(420)  # two node restarts on two loaded cores; about 90 s alone
+def test_two_brokers_of_three_down_stop_progress_which_the_worker_reports_then_resumes(
+        apache_cluster, thread_judge, tmp_path):
+    figures = broker_fault_scenario(apache_cluster, thread_judge, tmp_path, fault="two_down",
+                                    cases=1000, kafka_trouble_seconds=5)
+    logs = figures.pop("logs")
+    assert figures["finished"], logs[-3000:]
+    assert (figures["lost"], figures["unexpected"], figures["results_while_down"]) == (0, 0, 0)
+    assert figures["window_counts_match"], figures
+    assert figures["worker_alive"] and figures["worker_starts"] == 1
+    assert figures["metrics_while_down"]["trouble"] == 1
+    assert figures["metrics_while_down"]["unreachable_brokers"] == 2
+    assert figures["trouble_reports"] >= 2 and figures["trouble_over"] >= 1, logs[-3000:]
+    reports = [line for line in logs.splitlines() if "Kafka trouble in the last" in line]
+    down = ", ".join(map(str, sorted(figures["nodes"])))
+    assert any(f"could not reach broker(s) {down}" in line for line in reports), reports
+    assert figures["error_lines"] < 100  # thousands before the client's repeats were summed

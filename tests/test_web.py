@@ -40,4 +40,5 @@ async def test_health_answers_503_while_paused_on_a_judge_outage_and_200_when_ok
     paused = await pages["/health"](driver, None)
     assert paused.status == 503
     assert json.loads(paused.body) == {"status": "paused", "judge_paused": True,
-                                       "rebalancing": False, "stalled_partitions": []}
+                                       "kafka_trouble": None, "rebalancing": False,
+                                       "stalled_partitions": []}

@@ -19,6 +19,7 @@ until SIGTERM. Each piece lives in its own module:
 - :mod:`.sampling` — which messages are judged, and the judge budget.
 - :mod:`.web` — ``/rates``, ``/health``, ``/metrics``.
 - :mod:`.liveness` — partitions with lag and no progress (stalled), checked on a timer.
+- :mod:`.kafka_trouble` — the Kafka client's failures, reported once per interval.
 - :mod:`.dashboard` — ``/dashboard``, the live page over the same data.
 - :mod:`.review` — ``/review``, the human review queue (with ``review_users_file``).
 """
@@ -43,8 +44,8 @@ from ..stream.processing import MessageJudge
 from ..stream.telemetry import Telemetry
 from ..formats import build_decoder
 from ..runs.routing import RunRouter
-from . import (agreement, dashboard, judging, liveness, review, run_assembly, sampling,
-               session_assembly, web, windows)
+from . import (agreement, dashboard, judging, kafka_trouble, liveness, review, run_assembly,
+               sampling, session_assembly, web, windows)
 from .runtime import GuardrailApp, WorkerRuntime
 from .transport import GuardrailFaustApp
 
@@ -128,6 +129,7 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
     agreement.register(runtime)  # review on: /agreement, its gauges and alerts
     web.register(runtime)
     liveness.register(runtime)  # stalled partitions, checked whether or not /metrics is read
+    kafka_trouble.register(runtime)  # the Kafka client's failures, said once per interval
     # Followers of their own topics, started before table recovery (a complete
     # /rates sooner after a restart); stopped in runtime.close.
     app.on_app_start(runtime.start)

@@ -11,7 +11,9 @@ load balancer or probe sees that results are not flowing; the body says why.
 It answers 200 ``"stalled"`` while partitions the worker holds keep lag with
 no committed progress for ``stall_seconds`` (:mod:`.liveness`), and lists them
 under ``stalled_partitions``: the worker is up, so a readiness probe keeps it,
-and whoever reads the body learns it makes no progress.
+and whoever reads the body learns it makes no progress. ``kafka_trouble``
+holds the last Kafka trouble report's summary while the client fails
+(brokers out of reach, produce errors: :mod:`.kafka_trouble`), else null.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..kafka.window_cells import sort_rows, window_row
 from ..stream.alerts import WindowCounts
 from ..stream.telemetry import CONTENT_TYPE_LATEST
+from .kafka_trouble import trouble_now
 from .liveness import check, stalled_now
 
 if TYPE_CHECKING:
@@ -63,6 +66,7 @@ def register(runtime: GuardrailApp) -> None:
         stalled = [s.as_dict() for s in stalled_now(runtime)]  # none while paused
         status = "paused" if paused else "stalled" if stalled else "ok"
         return web.json({"status": status, "judge_paused": paused,
+                         "kafka_trouble": trouble_now(runtime),
                          "rebalancing": bool(app.rebalancing),
                          "stalled_partitions": stalled},
                         status=503 if paused else 200)

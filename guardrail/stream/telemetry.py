@@ -83,6 +83,18 @@ class Telemetry:
             "guardrail_seconds_since_progress", "Seconds since the partition's committed "
             "offset last moved or its lag was last 0 (since it was assigned, at most)",
             ["topic", "partition"], registry=r)
+        # Kafka trouble (guardrail.stream.kafka_trouble): the client's failures.
+        self.kafka_client_errors = Counter(
+            "guardrail_kafka_client_errors", "Failed Kafka client operations, by kind "
+            "(connect, metadata, fetch, produce, coordinator, commit) and error name",
+            ["kind", "error"], registry=r)
+        self.kafka_trouble = Gauge(
+            "guardrail_kafka_trouble", "1 while the last report interval "
+            "(kafka_trouble_seconds) had Kafka client failures; 0 after a whole interval "
+            "without", registry=r)
+        self.kafka_unreachable_brokers = Gauge(
+            "guardrail_kafka_unreachable_brokers", "Brokers the Kafka client could not "
+            "connect to in the last report interval with failures", registry=r)
         self.duplicate_judgments = Counter(
             "guardrail_duplicate_judgments", "Redelivered judgment events not counted again",
             registry=r)

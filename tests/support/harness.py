@@ -221,6 +221,8 @@ class TopicWatcher:
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.bootstrap, self.topic = bootstrap, topic
         self.records: list[dict[str, Any]] = []
+        #: Each record's timestamp (ms; the producer's create time), in step with ``records``.
+        self.stamps: list[int] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
@@ -232,15 +234,21 @@ class TopicWatcher:
         try:
             while not self._stop.is_set():
                 batch = await consumer.getmany(timeout_ms=200)
-                parsed = [json.loads(m.value) for ms in batch.values() for m in ms]
+                messages = [m for ms in batch.values() for m in ms]
+                parsed = [json.loads(m.value) for m in messages]
                 with self._lock:
                     self.records.extend(parsed)
+                    self.stamps.extend(m.timestamp for m in messages)
         finally:
             await consumer.stop()
 
     def snapshot(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self.records)
+
+    def timestamps(self) -> list[int]:
+        with self._lock:
+            return list(self.stamps)
 
     def wait_for(self, predicate: Any, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

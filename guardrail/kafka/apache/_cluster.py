@@ -18,6 +18,7 @@ test session and name topics per test.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -96,6 +97,29 @@ class ApacheKafkaCluster:
             raise RuntimeError(f"node {number} is running")
         node.launch()
         node.wait_ready(timeout)
+
+    def shutdown(self, number: int, timeout: float = 60.0) -> None:
+        """Stop node ``number`` cleanly (SIGTERM), as a rolling restart does:
+        it hands its leaderships over before it exits."""
+        self.resume(number)
+        self.nodes[number].stop(timeout)
+
+    def active_controller(self) -> int | None:
+        """The node that leads the controller quorum, from the quorum state
+        every node keeps on disk (the newest epoch wins); None before an
+        election. Clients cannot ask: a KRaft broker names a random broker as
+        "the controller" in its metadata answers."""
+        newest: tuple[int, int] | None = None
+        for node in self.nodes.values():
+            path = node.workdir / "data" / "__cluster_metadata-0" / "quorum-state"
+            try:
+                state = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            epoch, leader = state.get("leaderEpoch", -1), state.get("leaderId", -1)
+            if leader >= 0 and (newest is None or epoch > newest[0]):
+                newest = (epoch, leader)
+        return None if newest is None else newest[1]
 
     def pause(self, number: int) -> None:
         """SIGSTOP node ``number``: alive but silent, as a long GC pause or a hung host."""
