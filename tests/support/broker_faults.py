@@ -69,13 +69,28 @@ def _pause(cluster: ApacheKafkaCluster, node: int) -> dict[str, Any]:
     return {"node": node, "paused_seconds": PAUSE_SECONDS}
 
 
+async def _under_replicated(bootstrap: str) -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
+    await admin.start()
+    try:
+        described = await admin.describe_topics(await admin.list_topics())
+    finally:
+        await admin.close()
+    return sum(len(p["isr"]) < len(p["replicas"]) for t in described for p in t["partitions"])
+
+
 def _rolling(cluster: ApacheKafkaCluster, env: StreamEnv) -> dict[str, Any]:
     """Every node stopped cleanly and started again, one after another, as an
-    upgrade does; the next waits until the last answers again."""
+    upgrade does: the next only once every partition is fully in sync again."""
+    waited = []
     for node in cluster.nodes:
         cluster.shutdown(node)
         cluster.restart(node)
-    return {"nodes": list(cluster.nodes)}
+        started = time.monotonic()
+        poll(lambda: asyncio.run(_under_replicated(cluster.bootstrap)) == 0, timeout=120,
+             interval=1)
+        waited.append(round(time.monotonic() - started, 1))
+    return {"nodes": list(cluster.nodes), "in_sync_after_s": waited}
 
 
 def _two_down(cluster: ApacheKafkaCluster, env: StreamEnv, watcher: TopicWatcher,
