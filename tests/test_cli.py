@@ -129,11 +129,12 @@ def test_estimate_gives_the_cascade_ceiling_priced_for_the_escalation_model(work
     assert ceiling["input_tokens"] == pytest.approx(expected / 2)
     assert ceiling["cost"] == pytest.approx((expected * 2.5e-6 + output * 10e-6) / 2)
     assert report["calls"] == 2 and report["cost"]["cost"] < ceiling["cost"]  # first judge apart
-    text = _bash("guardrail estimate redteam --input cases.jsonl", workdir,
-                 _env(server, GUARDRAIL_ESCALATE_MODEL="openai/unpriced-escalation"))
+    # The same command in this process (no second litellm import per call).
+    text = _estimate_here(workdir, server,
+                          GUARDRAIL_ESCALATE_MODEL="openai/unpriced-escalation")
     assert "escalation to openai/unpriced-escalation: at most 4 more judge calls" in text.stdout
     assert "unknown (no price" in text.stdout and "band 0.2-0.8" in text.stdout
-    plain = _bash("guardrail estimate redteam --input cases.jsonl --json", workdir, _env(server))
+    plain = _estimate_here(workdir, server, "--json")
     assert json.loads(plain.stdout)["escalation"] is None
     assert server.calls == 0  # no API call
 
