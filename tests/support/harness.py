@@ -212,15 +212,17 @@ class WebhookSink:
 
 
 class TopicWatcher:
-    """Consume a topic from the start in a background thread, keeping every record.
+    """Consume a topic from the start in a background thread, keeping every record
+    (its value parsed as JSON, or what ``parse`` makes of the aiokafka record).
 
         with TopicWatcher(bootstrap, "redteam-results") as results:
             results.wait_for(lambda recs: len(recs) >= 100, timeout=60)
     """
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap, self.topic = bootstrap, topic
-        self.records: list[dict[str, Any]] = []
+    def __init__(self, bootstrap: str, topic: str,
+                 parse: Callable[[Any], Any] = lambda m: json.loads(m.value)) -> None:
+        self.bootstrap, self.topic, self.parse = bootstrap, topic, parse
+        self.records: list[Any] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
@@ -232,13 +234,13 @@ class TopicWatcher:
         try:
             while not self._stop.is_set():
                 batch = await consumer.getmany(timeout_ms=200)
-                parsed = [json.loads(m.value) for ms in batch.values() for m in ms]
+                parsed = [self.parse(m) for ms in batch.values() for m in ms]
                 with self._lock:
                     self.records.extend(parsed)
         finally:
             await consumer.stop()
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[Any]:
         with self._lock:
             return list(self.records)
 

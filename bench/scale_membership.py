@@ -1,0 +1,145 @@
+"""A worker added and one removed mid-stream, on the cluster of
+``scale_out_cluster.py`` (which runs this after its scaling figures).
+
+Two workers of a fresh group judge a backlog on ``--partitions`` (8); ``phase``
+seconds after the backlog is acked a third worker starts, ``phase`` seconds
+after the group is Stable with three members one of the first two is removed
+(``term``: SIGTERM, a clean leave; ``kill``: SIGKILL, the group notices when
+its session times out). Then every input must have a result and the windows
+must count each message exactly once: the fault scenarios' check
+(``tests/support/faults.py``: the judgment events on the topic, unique per
+source position and metric, against the group's ``/rates`` totals).
+
+Settle time: from the worker's start (or the signal) until the group is
+Stable with the new membership (admin DescribeGroups, polled every 0.5 s).
+The rate around each change comes from the results' Kafka timestamps: the
+rate over 10 s before it, the lowest whole-second count and the longest gap
+between results until 2 s after the group settled, and the rate over 10 s
+after that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from common import JudgeProc, cases, kill_workers, new_env, produce_values
+from scale_out import wait_stable
+
+from guardrail.kafka.apache import ApacheKafkaCluster
+from tests.support.faults import _window_figures, delivery_figures
+from tests.support.harness import StreamEnv, TopicWatcher
+
+__all__ = ["membership_runs", "membership_change", "print_membership"]
+
+SIGNALS = {"term": signal.SIGTERM, "kill": signal.SIGKILL}
+#: Seconds of results before and after a change that its rates are taken over.
+AROUND = 10.0
+#: Metrics judged per message (bias + toxicity): judgment events per result.
+METRICS = 2
+
+
+def membership_runs(cluster: ApacheKafkaCluster, tmp: Path, args: argparse.Namespace,
+                    rate: float) -> list[dict[str, Any]]:
+    """One membership change per variant named in ``args.membership``."""
+    variants = [v for v in args.membership.split(",") if v and v != "none"]
+    runs = []
+    for how in variants:
+        runs.append(membership_change(cluster, tmp / f"members-{how}", args, rate, how))
+        print(f"  membership ({how}): lost {runs[-1]['lost']}, windows exact "
+              f"{runs[-1]['window_counts_match']}", flush=True)
+    return runs
+
+
+def _stamp_and_key(message: Any) -> tuple[int, str]:
+    return message.timestamp, message.key.decode()
+
+
+def membership_change(cluster: ApacheKafkaCluster, folder: Path, args: argparse.Namespace,
+                      rate: float, how: str) -> dict[str, Any]:
+    """Two workers, a third joins, one of the first two leaves (``how``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    backlog = int(max(rate, 50.0) * args.phase_seconds * 4)
+    values = cases(backlog, prefix=f"m-{how}")
+    produced = [key.decode() for key, _, _ in values]
+    with JudgeProc(args.latency_ms) as judge:
+        env = new_env(cluster.bootstrap, judge.api_base, folder, topic_partitions=args.partitions,
+                      judge_concurrency=args.concurrency)
+        try:
+            first = env.start_worker()
+            env.start_worker()
+            wait_stable(cluster.bootstrap, env.env["GUARDRAIL_APP_ID"], 2, 120)
+            with TopicWatcher(cluster.bootstrap, env.topic("results"),
+                              parse=_stamp_and_key) as results:
+                produce_values(cluster.bootstrap, env.topic("input"), values)
+                changes = _change(env, args.phase_seconds, SIGNALS[how])
+                finished = results.wait_for(lambda r: len({k for _, k in r}) >= backlog, 300)
+                time.sleep(2)  # let in-flight duplicates land before counting
+                records = results.snapshot()
+            windows = _window_figures(env, first.web_port,  # type: ignore[attr-defined]
+                                      METRICS * len({k for _, k in records}))
+        finally:
+            kill_workers(env)
+    stamps = sorted(t for t, _ in records)
+    return {"variant": how, "backlog": backlog, "finished": finished,
+            **delivery_figures(produced, [{"case_id": k} for _, k in records]),
+            **windows,
+            "join": {"settle_s": changes["join_s"],
+                     **around(stamps, changes["joined_at"], changes["join_s"])},
+            "leave": {"settle_s": changes["leave_s"],
+                      **around(stamps, changes["left_at"], changes["leave_s"])}}
+
+
+def _change(env: StreamEnv, phase: float, leave: signal.Signals) -> dict[str, float]:
+    """Add a worker after ``phase`` s, remove the second one ``phase`` s after
+    the group settled; when each happened and how long the group took to settle."""
+    group = env.env["GUARDRAIL_APP_ID"]
+    time.sleep(phase)
+    joined_at = time.time()
+    env.start_worker()
+    join_s = wait_stable(env.bootstrap, group, 3, 120)
+    time.sleep(phase)
+    left_at = time.time()
+    env.workers[1].send_signal(leave)
+    leave_s = wait_stable(env.bootstrap, group, 2, 120)
+    env.workers[1].wait(60)
+    return {"joined_at": joined_at, "join_s": join_s, "left_at": left_at, "leave_s": leave_s}
+
+
+def around(stamps_ms: list[int], at: float, settle_s: float) -> dict[str, Any]:
+    """Results/s over ``AROUND`` s before ``at`` (epoch s) and after the group
+    settled (+2 s); the lowest whole-second count and the longest gap between
+    results (s) from ``at`` until then."""
+    t0, t1 = at * 1000, (at + settle_s + 2) * 1000
+    inside = [t for t in stamps_ms if t0 <= t <= t1]
+    seconds = range(int(t0 // 1000), int(t1 // 1000))
+    per_second = [sum(1 for t in inside if s * 1000 <= t < (s + 1) * 1000) for s in seconds]
+    edges = [t0, *inside, t1]
+    return {"rate_before": _rate(stamps_ms, t0 - AROUND * 1000, t0),
+            "lowest_second": min(per_second, default=None),
+            "longest_gap_s": round(max(b - a for a, b in zip(edges, edges[1:])) / 1000, 2),
+            "rate_after": _rate(stamps_ms, t1, t1 + AROUND * 1000)}
+
+
+def _rate(stamps_ms: list[int], t0: float, t1: float) -> float:
+    return round(sum(1 for t in stamps_ms if t0 <= t < t1) / ((t1 - t0) / 1000), 1)
+
+
+def print_membership(runs: list[dict[str, Any]]) -> None:
+    if not runs:
+        return
+    print("\n| membership change | inputs | lost | duplicate results | windows exact "
+          "(total / judged, seen / unique) | settle | results/s before → lowest 1 s → after "
+          "| longest gap |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in runs:
+        exact = (f"{r['window_counts_match']} ({r['window_total']} / {r['unique_judged']}, "
+                 f"{r['window_seen']} / {r['unique_judgments']})")
+        for step, what in (("join", "3rd worker joins"), ("leave", f"one leaves ({r['variant']})")):
+            c = r[step]
+            print(f"| {what} | {r['produced']} | {r['lost']} | {r['duplicates']} | {exact} | "
+                  f"{c['settle_s']} s | {c['rate_before']} → {c['lowest_second']} → "
+                  f"{c['rate_after']} | {c['longest_gap_s']} s |")
