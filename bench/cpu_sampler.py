@@ -76,8 +76,8 @@ class CpuSampler:
     def between(self, t0: float, t1: float) -> dict[str, float]:
         """CPU seconds each process (and the machine) used from ``t0`` to ``t1``
         (epoch seconds), from the first sample at or after ``t0`` to the last at
-        or before ``t1``, scaled to the span; processes missing from either of those samples
-        are left out."""
+        or before ``t1``, scaled to the span; processes missing from either of
+        those samples are left out."""
         with self._lock:
             inside = [s for s in self.samples if t0 <= s[0] <= t1]
         if len(inside) < 2:

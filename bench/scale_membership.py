@@ -8,7 +8,10 @@ after the group is Stable with three members one of the first two is removed
 its session times out). Then every input must have a result and the windows
 must count each message exactly once: the fault scenarios' check
 (``tests/support/faults.py``: the judgment events on the topic, unique per
-source position and metric, against the group's ``/rates`` totals).
+source position and metric, against the group's ``/rates`` totals). Results
+are counted from a fresh read of the whole results topic at the end; the
+worker logs are kept under ``bench/results/`` when an input has no result or
+the windows disagree.
 
 Settle time: from the worker's start (or the signal) until the group is
 Stable with the new membership (admin DescribeGroups, polled every 0.5 s).
@@ -21,17 +24,19 @@ after that.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import shutil
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
-from common import JudgeProc, cases, kill_workers, new_env, produce_values
+from common import RESULTS, JudgeProc, cases, kill_workers, new_env, produce_values
 from scale_out import wait_stable
 
 from guardrail.kafka.apache import ApacheKafkaCluster
-from tests.support.faults import _window_figures, delivery_figures
-from tests.support.harness import StreamEnv, TopicWatcher
+from tests.support.faults import _window_figures, _window_totals, delivery_figures
+from tests.support.harness import StreamEnv, TopicWatcher, consume_messages
 
 __all__ = ["membership_runs", "membership_change", "print_membership"]
 
@@ -47,8 +52,8 @@ def membership_runs(cluster: ApacheKafkaCluster, tmp: Path, args: argparse.Names
     """One membership change per variant named in ``args.membership``."""
     variants = [v for v in args.membership.split(",") if v and v != "none"]
     runs = []
-    for how in variants:
-        runs.append(membership_change(cluster, tmp / f"members-{how}", args, rate, how))
+    for number, how in enumerate(variants, 1):
+        runs.append(membership_change(cluster, tmp / f"members-{number}-{how}", args, rate, how))
         print(f"  membership ({how}): lost {runs[-1]['lost']}, windows exact "
               f"{runs[-1]['window_counts_match']}", flush=True)
     return runs
@@ -66,31 +71,68 @@ def membership_change(cluster: ApacheKafkaCluster, folder: Path, args: argparse.
     values = cases(backlog, prefix=f"m-{how}")
     produced = [key.decode() for key, _, _ in values]
     with JudgeProc(args.latency_ms) as judge:
-        env = new_env(cluster.bootstrap, judge.api_base, folder, topic_partitions=args.partitions,
-                      judge_concurrency=args.concurrency)
+        env = new_env(cluster.bootstrap, judge.api_base, folder,
+                      topic_partitions=args.partitions, judge_concurrency=args.concurrency)
         try:
-            first = env.start_worker()
-            env.start_worker()
-            wait_stable(cluster.bootstrap, env.env["GUARDRAIL_APP_ID"], 2, 120)
-            with TopicWatcher(cluster.bootstrap, env.topic("results"),
-                              parse=_stamp_and_key) as results:
-                produce_values(cluster.bootstrap, env.topic("input"), values)
-                changes = _change(env, args.phase_seconds, SIGNALS[how])
-                finished = results.wait_for(lambda r: len({k for _, k in r}) >= backlog, 300)
-                time.sleep(2)  # let in-flight duplicates land before counting
-                records = results.snapshot()
-            windows = _window_figures(env, first.web_port,  # type: ignore[attr-defined]
-                                      METRICS * len({k for _, k in records}))
+            stamps, changes, finished = _drive(env, values, args.phase_seconds, SIGNALS[how])
+            keys = _result_keys(env, len(stamps))
+            windows = _windows(env, len(set(keys)))
         finally:
             kill_workers(env)
-    stamps = sorted(t for t, _ in records)
-    return {"variant": how, "backlog": backlog, "finished": finished,
-            **delivery_figures(produced, [{"case_id": k} for _, k in records]),
-            **windows,
-            "join": {"settle_s": changes["join_s"],
-                     **around(stamps, changes["joined_at"], changes["join_s"])},
-            "leave": {"settle_s": changes["leave_s"],
-                      **around(stamps, changes["left_at"], changes["leave_s"])}}
+    figures = {"variant": how, "backlog": backlog, "finished": finished,
+               "watched_results": len(stamps), **delivery_figures(
+                   produced, [{"case_id": k} for k in keys]),
+               "lost_ids": sorted(set(produced) - set(keys))[:20], **windows,
+               "join": {"settle_s": changes["join_s"],
+                        **around(stamps, changes["joined_at"], changes["join_s"])},
+               "leave": {"settle_s": changes["leave_s"],
+                         **around(stamps, changes["left_at"], changes["leave_s"])}}
+    if figures["lost"] or not windows["window_counts_match"]:
+        figures["logs_kept"] = str(_keep_logs(folder, how))
+    return figures
+
+
+def _drive(env: StreamEnv, values: list[tuple[bytes, bytes, int | None]], phase: float,
+           leave: signal.Signals) -> tuple[list[int], dict[str, float], bool]:
+    """Two workers, the backlog, the change; the results' Kafka timestamps in
+    order, when the changes happened and whether every input got a result."""
+    env.start_worker()
+    env.start_worker()
+    wait_stable(env.bootstrap, env.env["GUARDRAIL_APP_ID"], 2, 120)
+    with TopicWatcher(env.bootstrap, env.topic("results"), parse=_stamp_and_key) as results:
+        produce_values(env.bootstrap, env.topic("input"), values)
+        changes = _change(env, phase, leave)
+        finished = results.wait_for(lambda r: len({k for _, k in r}) >= len(values), 300)
+        time.sleep(2)  # let in-flight duplicates land before counting
+        records = results.snapshot()
+    return sorted(t for t, _ in records), changes, finished
+
+
+def _result_keys(env: StreamEnv, least: int) -> list[str]:
+    """Every result's case_id, read again from the start by a fresh consumer."""
+    messages = asyncio.run(consume_messages(env.bootstrap, env.topic("results"), expect=least,
+                                            timeout=60, settle=2))
+    return [m.key.decode() for m in messages]
+
+
+def _windows(env: StreamEnv, cases_with_result: int) -> dict[str, Any]:
+    """The fault scenarios' window check through the first worker; when it
+    fails, the group's totals once more after up to 60 s (a late view or a
+    real miscount)."""
+    port = env.workers[0].web_port  # type: ignore[attr-defined]
+    windows = _window_figures(env, port, METRICS * cases_with_result)
+    if not windows["window_counts_match"]:
+        windows["window_total_60s_later"] = _window_totals(
+            port, expect=windows["unique_judged"], timeout=60)
+    return windows
+
+
+def _keep_logs(folder: Path, how: str) -> Path:
+    kept = RESULTS / f"scale_membership-{how}-{time.strftime('%Y%m%d-%H%M%S')}"
+    kept.mkdir(parents=True, exist_ok=True)
+    for log in folder.glob("worker-*.log"):
+        shutil.copy(log, kept / log.name)
+    return kept
 
 
 def _change(env: StreamEnv, phase: float, leave: signal.Signals) -> dict[str, float]:
@@ -138,6 +180,8 @@ def print_membership(runs: list[dict[str, Any]]) -> None:
     for r in runs:
         exact = (f"{r['window_counts_match']} ({r['window_total']} / {r['unique_judged']}, "
                  f"{r['window_seen']} / {r['unique_judgments']})")
+        if "window_total_60s_later" in r:
+            exact += f"; total {r['window_total_60s_later']} up to 60 s later"
         for step, what in (("join", "3rd worker joins"), ("leave", f"one leaves ({r['variant']})")):
             c = r[step]
             print(f"| {what} | {r['produced']} | {r['lost']} | {r['duplicates']} | {exact} | "

@@ -10,12 +10,15 @@ One cluster (``ApacheKafkaCluster``, 3 combined KRaft nodes, replication 3,
 ``min.insync.replicas`` 2) serves the whole run; each figure gets a fresh app
 id, topics (``topic_partitions`` 8) and judge process (``judge_proc.py``). The
 workers start on an empty input topic; once the group is Stable with every
-member, a backlog is produced, and the results' rate is counted over
-``--seconds`` from 1 s after the last input was acked (and at least 3 s after
-the first result), so the producer's CPU is outside the span. Over the same
+member (and idle for 4 s: the workers' idle CPU), a backlog is produced, and
+the results' rate is counted over ``--seconds`` from 1 s after the last input
+was acked (and at least 3 s after the first result), so the producer's CPU is
+outside the span. Over the same
 span ``/proc`` gives each worker's CPU seconds, the judge's, the three
-brokers' and the whole machine's (``cpu_sampler.py``). The judge-bound limit
-is workers × ``judge_concurrency`` / latency (one call per message).
+brokers', this script's and the whole machine's (``cpu_sampler.py``); what
+the machine spent beyond these is other jobs' (``others_cores``). The
+judge-bound limit is workers × ``judge_concurrency`` / latency (one call per
+message).
 
 The membership change (``scale_membership.py``) runs after the scaling
 figures, sized by the 2-worker rate.
@@ -24,6 +27,7 @@ figures, sized by the 2-worker rate.
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -40,6 +44,8 @@ from guardrail.kafka.apache import ApacheKafkaCluster, kafka_version
 #: Seconds after the first result before the span may start (connections, warm-up).
 SKIP = 3.0
 BROKERS = 3
+#: Seconds of an idle, Stable group before the backlog: the workers' idle CPU.
+IDLE = 4.0
 
 
 def broker_pids(cluster: ApacheKafkaCluster) -> dict[str, int]:
@@ -49,6 +55,11 @@ def broker_pids(cluster: ApacheKafkaCluster) -> dict[str, int]:
 def span_cpu(sampler: CpuSampler, steady: dict[str, Any]) -> dict[str, float]:
     t0 = steady["start_ms"] / 1000
     return sampler.between(t0, t0 + steady["span_s"])
+
+
+def idle_cores(cpu: dict[str, float], span: float) -> dict[str, float]:
+    """Each worker's cores while the group is Stable and no input has come."""
+    return {k: round(v / span, 3) for k, v in cpu.items() if k.startswith("worker-")}
 
 
 def cpu_figures(cpu: dict[str, float], span: float, results: int) -> dict[str, Any]:
@@ -63,7 +74,9 @@ def cpu_figures(cpu: dict[str, float], span: float, results: int) -> dict[str, A
             "brokers_cores": round(brokers / span, 3),
             "brokers_cpu_s_per_1000": per_1000(brokers),
             "judge_cores": round(cpu.get("judge", 0.0) / span, 3),
-            "machine_cores": round(cpu.get(MACHINE, 0.0) / span, 3)}
+            "bench_cores": round(cpu.get("bench", 0.0) / span, 3),
+            "machine_cores": round(cpu.get(MACHINE, 0.0) / span, 3),
+            "others_cores": round((2 * cpu.get(MACHINE, 0.0) - sum(cpu.values())) / span, 3)}
 
 
 def backlog_for(limit: float, seconds: float, most: int) -> int:
@@ -80,13 +93,16 @@ def run_workers(cluster: ApacheKafkaCluster, tmp: Path, workers: int, args: argp
     folder.mkdir(parents=True, exist_ok=True)
     clock = Stopwatch()
     with JudgeProc(args.latency_ms) as judge, \
-            CpuSampler({"judge": judge.proc.pid, **broker_pids(cluster)}) as sampler:
+            CpuSampler({"judge": judge.proc.pid, "bench": os.getpid(),
+                        **broker_pids(cluster)}) as sampler:
         env = new_env(cluster.bootstrap, judge.api_base, folder, topic_partitions=args.partitions,
                       judge_concurrency=args.concurrency)
         try:
             for n in range(1, workers + 1):
                 sampler.add(f"worker-{n}", start_process(env, "guardrail").pid)
             joined = wait_stable(cluster.bootstrap, env.env["GUARDRAIL_APP_ID"], workers, 120)
+            idle_from = time.time()
+            time.sleep(IDLE)
             produced_at = time.time()
             produce_values(cluster.bootstrap, env.topic("input"),
                            cases(backlog, prefix=f"w{workers}"))
@@ -103,6 +119,8 @@ def run_workers(cluster: ApacheKafkaCluster, tmp: Path, workers: int, args: argp
             "measured_records": steady["records"], "measured_seconds": steady["span_s"],
             "backlog_ran_out": steady["span_s"] < args.seconds - 0.5,
             "group_stable_after_s": joined, "wall_seconds": clock.seconds,
+            "load_1m": round(os.getloadavg()[0], 1),
+            "idle_worker_cores": idle_cores(sampler.between(idle_from, produced_at), IDLE),
             **cpu_figures(span_cpu(sampler, steady), steady["span_s"], steady["records"])}
 
 
@@ -114,14 +132,16 @@ def scaling(runs: list[dict[str, Any]]) -> dict[str, float]:
 
 def print_runs(runs: list[dict[str, Any]], factors: dict[str, float]) -> None:
     print("\n| workers | results/s | judge limit | scaling | cores per worker | workers' "
-          "cores | worker CPU s per 1,000 | brokers' cores | judge cores | machine cores |")
+          "cores | worker CPU s per 1,000 | brokers' cores | judge cores | machine cores "
+          "(others) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in runs:
         per_worker = " / ".join(f"{v:.2f}" for v in r["worker_cores"].values())
         print(f"| {r['workers']} | {r['msgs_per_s']:.1f} | {r['limit_msgs_per_s']:.0f} | "
               f"{factors.get(str(r['workers']) + '/1', 0):.2f}x | {per_worker} | "
               f"{r['workers_cores']:.2f} | {r['worker_cpu_s_per_1000']} | "
-              f"{r['brokers_cores']:.2f} | {r['judge_cores']:.2f} | {r['machine_cores']:.2f} |")
+              f"{r['brokers_cores']:.2f} | {r['judge_cores']:.2f} | {r['machine_cores']:.2f} "
+              f"({r['others_cores']:.2f}) |")
 
 
 def parse_args() -> argparse.Namespace:
@@ -133,7 +153,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=8, help="of every topic")
     parser.add_argument("--max-backlog", type=int, default=30_000)
     parser.add_argument("--membership", default="term",
-                        help="membership variants: term, kill, both comma-separated, or none")
+                        help="membership changes in turn: term, kill, comma-separated (repeats "
+                        "allowed), or none")
     parser.add_argument("--phase-seconds", type=float, default=15,
                         help="membership: seconds before the join and between join and leave")
     return parser.parse_args()
