@@ -11,7 +11,10 @@ must count each message exactly once: the fault scenarios' check
 source position and metric, against the group's ``/rates`` totals). Results
 are counted from a fresh read of the whole results topic at the end; the
 worker logs are kept under ``bench/results/`` when an input has no result or
-the windows disagree.
+the windows disagree. That check compares the windows with the judgment events
+on the topic, so an input with neither a result nor an event passes it;
+``windows_cover_inputs`` compares the windows with the inputs, and
+``lost_per_partition`` says where the lost inputs were.
 
 Settle time: from the worker's start (or the signal) until the group is
 Stable with the new membership (admin DescribeGroups, polled every 0.5 s).
@@ -25,12 +28,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import shutil
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from aiokafka.partitioner import murmur2
 from common import RESULTS, JudgeProc, cases, kill_workers, new_env, produce_values
 from scale_out import wait_stable
 
@@ -38,7 +44,7 @@ from guardrail.kafka.apache import ApacheKafkaCluster
 from tests.support.faults import _window_figures, _window_totals, delivery_figures
 from tests.support.harness import StreamEnv, TopicWatcher, consume_messages
 
-__all__ = ["membership_runs", "membership_change", "print_membership"]
+__all__ = ["membership_change", "membership_runs", "print_membership"]
 
 SIGNALS = {"term": signal.SIGTERM, "kill": signal.SIGKILL}
 #: Seconds of results before and after a change that its rates are taken over.
@@ -82,7 +88,8 @@ def membership_change(cluster: ApacheKafkaCluster, folder: Path, args: argparse.
     figures = {"variant": how, "backlog": backlog, "finished": finished,
                "watched_results": len(stamps), **delivery_figures(
                    produced, [{"case_id": k} for k in keys]),
-               "lost_ids": sorted(set(produced) - set(keys))[:20], **windows,
+               **lost_places(set(produced) - set(keys), args.partitions), **windows,
+               "windows_cover_inputs": windows["window_total"] == METRICS * len(produced),
                "join": {"settle_s": changes["join_s"],
                         **around(stamps, changes["joined_at"], changes["join_s"])},
                "leave": {"settle_s": changes["leave_s"],
@@ -90,6 +97,14 @@ def membership_change(cluster: ApacheKafkaCluster, folder: Path, args: argparse.
     if figures["lost"] or not windows["window_counts_match"]:
         figures["logs_kept"] = str(_keep_logs(folder, how))
     return figures
+
+
+def lost_places(lost: set[str], partitions: int) -> dict[str, Any]:
+    """The first 20 lost case ids in produce order and the input partitions of
+    all of them (the producer's default partitioner: murmur2 of the key)."""
+    order = sorted(lost, key=lambda case: int(case.rsplit("-", 1)[1]))
+    places = Counter((murmur2(case.encode()) & 0x7FFFFFFF) % partitions for case in lost)
+    return {"lost_ids": order[:20], "lost_per_partition": dict(sorted(places.items()))}
 
 
 def _drive(env: StreamEnv, values: list[tuple[bytes, bytes, int | None]], phase: float,
@@ -162,7 +177,7 @@ def around(stamps_ms: list[int], at: float, settle_s: float) -> dict[str, Any]:
     edges = [t0, *inside, t1]
     return {"rate_before": _rate(stamps_ms, t0 - AROUND * 1000, t0),
             "lowest_second": min(per_second, default=None),
-            "longest_gap_s": round(max(b - a for a, b in zip(edges, edges[1:])) / 1000, 2),
+            "longest_gap_s": round(max(b - a for a, b in itertools.pairwise(edges)) / 1000, 2),
             "rate_after": _rate(stamps_ms, t1, t1 + AROUND * 1000)}
 
 
@@ -182,8 +197,11 @@ def print_membership(runs: list[dict[str, Any]]) -> None:
                  f"{r['window_seen']} / {r['unique_judgments']})")
         if "window_total_60s_later" in r:
             exact += f"; total {r['window_total_60s_later']} up to 60 s later"
+        exact += "" if r["windows_cover_inputs"] else "; short of the inputs"
+        lost = f"{r['lost']}" + (f" (per partition {r['lost_per_partition']})" if r["lost"]
+                                 else "")
         for step, what in (("join", "3rd worker joins"), ("leave", f"one leaves ({r['variant']})")):
             c = r[step]
-            print(f"| {what} | {r['produced']} | {r['lost']} | {r['duplicates']} | {exact} | "
+            print(f"| {what} | {r['produced']} | {lost} | {r['duplicates']} | {exact} | "
                   f"{c['settle_s']} s | {c['rate_before']} → {c['lowest_second']} → "
                   f"{c['rate_after']} | {c['longest_gap_s']} s |")
