@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import (CoordinatorLoadInProgressError,
+                             GroupCoordinatorNotAvailableError)
 
 from common import (JudgeProc, Stopwatch, cases, collect, kill_workers, meta, new_env,
                     print_table, produce_values, row, running_broker, start_process,
@@ -29,12 +31,16 @@ CALLS_PER_MESSAGE = 1
 
 
 async def _group(bootstrap: str, group: str) -> tuple[str, int]:
+    """The group's state and member count; ``Unknown`` while no coordinator
+    answers (Apache Kafka creates ``__consumer_offsets`` at the first group)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         for response in await admin.describe_consumer_groups([group]):
             for g in response.to_object()["groups"]:
                 return g["state"], len(g["members"])
+    except (GroupCoordinatorNotAvailableError, CoordinatorLoadInProgressError):
+        pass
     finally:
         await admin.close()
     return "Unknown", 0

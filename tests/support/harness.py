@@ -212,15 +212,17 @@ class WebhookSink:
 
 
 class TopicWatcher:
-    """Consume a topic from the start in a background thread, keeping every record.
+    """Consume a topic from the start in a background thread, keeping every record
+    (its value parsed as JSON, or what ``parse`` makes of the aiokafka record).
 
         with TopicWatcher(bootstrap, "redteam-results") as results:
             results.wait_for(lambda recs: len(recs) >= 100, timeout=60)
     """
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap, self.topic = bootstrap, topic
-        self.records: list[dict[str, Any]] = []
+    def __init__(self, bootstrap: str, topic: str,
+                 parse: Callable[[Any], Any] = lambda m: json.loads(m.value)) -> None:
+        self.bootstrap, self.topic, self.parse = bootstrap, topic, parse
+        self.records: list[Any] = []
         #: Each record's timestamp (ms; the producer's create time), in step with ``records``.
         self.stamps: list[int] = []
         self._lock = threading.Lock()
@@ -235,14 +237,14 @@ class TopicWatcher:
             while not self._stop.is_set():
                 batch = await consumer.getmany(timeout_ms=200)
                 messages = [m for ms in batch.values() for m in ms]
-                parsed = [json.loads(m.value) for m in messages]
+                parsed = [self.parse(m) for m in messages]
                 with self._lock:
                     self.records.extend(parsed)
                     self.stamps.extend(m.timestamp for m in messages)
         finally:
             await consumer.stop()
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[Any]:
         with self._lock:
             return list(self.records)
 
