@@ -294,6 +294,15 @@ class Evaluator:
                                                 per_message=self.per_message)
         return RedteamMetrics(metrics=results, cost=aggregate_cost(results))
 
+    def cache_keys(self, case: Case) -> list[str]:
+        """The keys :meth:`evaluate` looks ``case`` up by in the cache (none
+        without a cache or an output), for a caller that reads a batch's at once
+        (:meth:`guardrail.cache.BatchedCache.prefetch`)."""
+        if self.cache is None or not case.has_output:
+            return []
+        config = self.effective_config(case)
+        return [key for m in config.metrics if (key := self._key(case, m, config))]
+
     def _key(self, case: Case, rubric: MetricRubric, config: EffectiveConfig) -> str | None:
         if self.cache is None:
             return None
