@@ -93,15 +93,17 @@ def _encode(result: MetricResult) -> bytes:
     return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
 
 
-def _decode(blob: bytes) -> MetricResult:
-    return MetricResult.model_validate(orjson.loads(blob))
+#: A hit costs nothing: it reports the spend of this run, not of the original call.
+_HIT = {"cached": True, "input_tokens": 0, "output_tokens": 0, "cost": 0.0,
+        "dropped_spans": 0, "cached_tokens": 0, "judge_seconds": 0.0}
 
 
-def _as_hit(result: MetricResult) -> MetricResult:
-    # A hit costs nothing: report the spend of this run, not of the original call.
-    return result.model_copy(update={"cached": True, "input_tokens": 0, "output_tokens": 0,
-                                     "cost": 0.0, "dropped_spans": 0, "cached_tokens": 0,
-                                     "judge_seconds": 0.0})
+def _hit(blob: bytes) -> MetricResult:
+    """A stored judgment as a cache hit, validated once (a copy with the hit's
+    fields cost as much again)."""
+    data = orjson.loads(blob)
+    data.update(_HIT)
+    return MetricResult.model_validate(data)
 
 
 class JudgmentCache(Protocol):
@@ -129,7 +131,7 @@ class MemoryCache:
         if blob is None:
             return None
         self._data.move_to_end(key)
-        return _as_hit(_decode(blob))
+        return _hit(blob)
 
     def put(self, key: str, result: MetricResult) -> None:
         if result.error is not None:
@@ -176,7 +178,7 @@ class SqliteCache:
                                    (key,)).fetchone()
         if row is None:
             return None
-        return _as_hit(_decode(row[0]))
+        return _hit(row[0])
 
     def put(self, key: str, result: MetricResult) -> None:
         if result.error is not None:
@@ -241,6 +243,10 @@ class BatchedCache:
         found = self.store.get_many(wanted)
         self._read.update((k, found.get(k)) for k in wanted)
 
+    def holds(self, key: str) -> bool:
+        """Whether ``get(key)`` answers without a query and finds a judgment."""
+        return key in self._new or self._read.get(key) is not None
+
     def get(self, key: str) -> MetricResult | None:
         blob = self._new.get(key)
         if blob is None:
@@ -248,7 +254,7 @@ class BatchedCache:
                 blob = self._read.pop(key)
             else:
                 blob = self.store.get_many((key,)).get(key)
-        return None if blob is None else _as_hit(_decode(blob))
+        return None if blob is None else _hit(blob)
 
     def put(self, key: str, result: MetricResult) -> None:
         if result.error is None:

@@ -57,9 +57,9 @@ READ_BATCH = 1000
 #: (``judge_concurrency``) bounds the calls in flight, as in the worker.
 IN_FLIGHT = 4
 #: Producer batches: results leave a thousand at a time, so fill a batch per
-#: partition (1 MB, the broker's default message size) and wait a little for it.
+#: partition (half the broker's default largest batch, 1 MB) and wait a little for it.
 LINGER_MS = 20
-MAX_BATCH_BYTES = 1024 * 1024
+MAX_BATCH_BYTES = 512 * 1024
 
 
 @dataclass
@@ -226,14 +226,33 @@ class _BatchJudge(MessageJudge):
     query) and its new judgments written after it (one transaction)."""
 
     async def _judge_until_available(self, messages: list[InputMessage]) -> list[RedteamMetrics]:
-        cache = self.evaluator.cache
+        cache, evaluator = self.evaluator.cache, self.evaluator
         assert isinstance(cache, BatchedCache)
         # Before the first await: batches start in order (see MessageJudge.process).
-        cache.prefetch(key for m in messages for key in self.evaluator.cache_keys(m.case))
+        keys = [evaluator.cache_keys(m.case) for m in messages]
+        cache.prefetch(key for some in keys for key in some)
+        # Without a cascade a case whose judgments are all cached makes no call:
+        # judged in line, not as a task of its own (the cached pass is all such).
+        hit = [evaluator.cascade is None and bool(some) and all(map(cache.holds, some))
+               for some in keys]
         try:
-            return await super()._judge_until_available(messages)
+            done = [await self._judge(m) for m, h in zip(messages, hit) if h]
+            missed = [m for m, h in zip(messages, hit) if not h]
+            fresh = await super()._judge_until_available(missed) if missed else []
         finally:
             cache.flush()
+        return _merge(hit, done, fresh)
+
+    def _count(self, metrics: RedteamMetrics, message: InputMessage) -> None:
+        # A replay serves no /metrics: its summary's tally is all that counts.
+        self.tally.add(metrics)
+
+
+def _merge(first: list[bool], these: list[RedteamMetrics],
+           others: list[RedteamMetrics]) -> list[RedteamMetrics]:
+    """``these`` where ``first`` is true, ``others`` elsewhere, each in order."""
+    these_left, others_left = iter(these), iter(others)
+    return [next(these_left) if f else next(others_left) for f in first]
 
 
 def _raws(batch: dict[TopicPartition, list[ConsumerRecord]],
