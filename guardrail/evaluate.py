@@ -303,6 +303,20 @@ class Evaluator:
         config = self.effective_config(case)
         return [key for m in config.metrics if (key := self._key(case, m, config))]
 
+    def cached(self, case: Case, keys: list[str]) -> RedteamMetrics | None:
+        """``case``'s verdict when the cache holds every judgment of it, under
+        ``keys`` (:meth:`cache_keys`), else None: what :meth:`evaluate` returns
+        then, without a coroutine or a second computation of the keys. Always
+        None with a cascade (its review may call the escalation judge)."""
+        if self.cascade is not None or not keys:
+            return None
+        hits = [self.cache.get(key) for key in keys]  # type: ignore[union-attr]
+        if None in hits:
+            return None
+        config = self.effective_config(case)
+        results = [self._decided(hit, config) for hit in hits]  # type: ignore[arg-type]
+        return RedteamMetrics(metrics=results, cost=aggregate_cost(results))
+
     def _key(self, case: Case, rubric: MetricRubric, config: EffectiveConfig) -> str | None:
         if self.cache is None:
             return None

@@ -231,28 +231,20 @@ class _BatchJudge(MessageJudge):
         # Before the first await: batches start in order (see MessageJudge.process).
         keys = [evaluator.cache_keys(m.case) for m in messages]
         cache.prefetch(key for some in keys for key in some)
-        # Without a cascade a case whose judgments are all cached makes no call:
-        # judged in line, not as a task of its own (the cached pass is all such).
-        hit = [evaluator.cascade is None and bool(some) and all(map(cache.holds, some))
-               for some in keys]
+        # A case whose judgments are all cached makes no call: answered in line,
+        # not as a task of its own (a second pass is all such cases).
+        known = [evaluator.cached(m.case, some) if all(map(cache.holds, some)) else None
+                 for m, some in zip(messages, keys)]
+        missed = [m for m, verdict in zip(messages, known) if verdict is None]
         try:
-            done = [await self._judge(m) for m, h in zip(messages, hit) if h]
-            missed = [m for m, h in zip(messages, hit) if not h]
-            fresh = await super()._judge_until_available(missed) if missed else []
+            fresh = iter(await super()._judge_until_available(missed) if missed else ())
         finally:
             cache.flush()
-        return _merge(hit, done, fresh)
+        return [verdict if verdict is not None else next(fresh) for verdict in known]
 
     def _count(self, metrics: RedteamMetrics, message: InputMessage) -> None:
         # A replay serves no /metrics: its summary's tally is all that counts.
         self.tally.add(metrics)
-
-
-def _merge(first: list[bool], these: list[RedteamMetrics],
-           others: list[RedteamMetrics]) -> list[RedteamMetrics]:
-    """``these`` where ``first`` is true, ``others`` elsewhere, each in order."""
-    these_left, others_left = iter(these), iter(others)
-    return [next(these_left) if f else next(others_left) for f in first]
 
 
 def _raws(batch: dict[TopicPartition, list[ConsumerRecord]],
