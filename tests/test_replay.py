@@ -232,3 +232,16 @@ async def test_an_error_mid_batch_is_recorded_per_message_and_nothing_is_lost(
     assert not any(m.get("error") for c, r in results.items() if c != "c13"
                    for m in r["metrics"])
     assert summary.tally.errors == 2
+
+
+async def test_results_leave_in_the_order_read_when_a_later_batch_is_judged_first(
+        make_settings, judge_server, tmp_path):
+    async def first_batch_slow(body, fields, metric, mode):
+        if metric == "bias" and fields.get("output", "").endswith((" 0", " 1")):
+            await asyncio.sleep(0.3)
+
+    judge_server.responder = first_batch_slow
+    summary, sent = await _replay(make_settings(), tmp_path / "c.sqlite",
+                                  [_case(i) for i in range(12)], per_fetch=2)
+    assert [r["case_id"] for _, _, r in sent] == [f"c{i}" for i in range(12)]
+    assert [done for done, _ in summary.progress] == list(range(2, 13, 2))
