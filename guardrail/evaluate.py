@@ -295,26 +295,23 @@ class Evaluator:
         return RedteamMetrics(metrics=results, cost=aggregate_cost(results))
 
     def cache_keys(self, case: Case) -> list[str]:
-        """The keys :meth:`evaluate` looks ``case`` up by in the cache (none
-        without a cache or an output), for a caller that reads a batch's at once
-        (:meth:`guardrail.cache.BatchedCache.prefetch`)."""
+        """The cache keys of ``case``'s metrics (none without a cache or an
+        output), to read a batch's at once (``BatchedCache.prefetch``)."""
         if self.cache is None or not case.has_output:
             return []
         config = self.effective_config(case)
         return [key for m in config.metrics if (key := self._key(case, m, config))]
 
     def cached(self, case: Case, keys: list[str]) -> RedteamMetrics | None:
-        """``case``'s verdict when the cache holds every judgment of it, under
-        ``keys`` (:meth:`cache_keys`), else None: what :meth:`evaluate` returns
-        then, without a coroutine or a second computation of the keys. Always
-        None with a cascade (its review may call the escalation judge)."""
+        """What :meth:`evaluate` returns when the cache holds every judgment
+        (``keys``: :meth:`cache_keys`), else None; always None with a cascade."""
         if self.cascade is not None or not keys:
             return None
         hits = [self.cache.get(key) for key in keys]  # type: ignore[union-attr]
         if None in hits:
             return None
-        config = self.effective_config(case)
-        results = [self._decided(hit, config) for hit in hits]  # type: ignore[arg-type]
+        results = [self._decided(hit, self.effective_config(case))  # type: ignore[arg-type]
+                   for hit in hits]
         return RedteamMetrics(metrics=results, cost=aggregate_cost(results))
 
     def _key(self, case: Case, rubric: MetricRubric, config: EffectiveConfig) -> str | None:
