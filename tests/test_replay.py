@@ -115,7 +115,7 @@ class FakeProducer:
         return done
 
 
-async def _replay(settings, cache_path, values, per_fetch=1000):
+async def _replay(settings, cache_path, values, per_fetch=1000, producer=None):
     """One replay of ``values`` through the pipeline; (summary, records sent)."""
     evaluator = Evaluator(LLMJudge(settings.judge), evaluation=settings.evaluation,
                           cache=BatchedCache(SqliteCache(cache_path)))
@@ -123,7 +123,7 @@ async def _replay(settings, cache_path, values, per_fetch=1000):
                                                     results_topic="R", dlq_topic="R.dlq")
     summary = ReplaySummary(topic="in", results_topic="R", dlq_topic="R.dlq",
                             planned=len(values), tally=judge.tally)
-    producer, seen = FakeProducer(), []
+    producer, seen = producer or FakeProducer(), []
     try:
         await replay_module._consume(FakeConsumer(values, per_fetch), producer, judge,
                                      {TP: (0, len(values))}, summary,
@@ -166,7 +166,7 @@ def _verdicts(sent):
 
 
 async def test_the_cached_pass_calls_no_judge_reads_the_cache_in_batches_same_results(
-        make_settings, judge_server, tmp_path):
+        make_settings, judge_server, tmp_path, monkeypatch):
     settings, cache = make_settings(), tmp_path / "c.sqlite"
     values = [_case(i) for i in range(50)] + [orjson.dumps({"case_id": "x", "output": "idiot"})]
     first, sent = await _replay(settings, cache, values, per_fetch=20)
@@ -178,11 +178,8 @@ async def test_the_cached_pass_calls_no_judge_reads_the_cache_in_batches_same_re
         self._db.set_trace_callback(statements.append)
         return real_get_many(self, keys)
 
-    SqliteCache.get_many = counted
-    try:
-        again, resent = await _replay(settings, cache, values, per_fetch=20)
-    finally:
-        SqliteCache.get_many = real_get_many
+    monkeypatch.setattr(SqliteCache, "get_many", counted)
+    again, resent = await _replay(settings, cache, values, per_fetch=20)
     assert judge_server.calls == 51  # none more
     assert (again.tally.judged, again.tally.cached, again.cost_usd()) == (0, 102, 0)
     assert _verdicts(resent) == _verdicts(sent)
@@ -192,7 +189,7 @@ async def test_the_cached_pass_calls_no_judge_reads_the_cache_in_batches_same_re
 
 
 async def test_the_first_pass_writes_the_cache_once_per_batch(make_settings, judge_server,
-                                                               tmp_path):
+                                                               tmp_path, monkeypatch):
     commits = []
     real_put_many = SqliteCache.put_many
 
@@ -200,12 +197,9 @@ async def test_the_first_pass_writes_the_cache_once_per_batch(make_settings, jud
         commits.append(len(blobs))
         return real_put_many(self, blobs)
 
-    SqliteCache.put_many = counted
-    try:
-        await _replay(make_settings(), tmp_path / "c.sqlite", [_case(i) for i in range(30)],
-                      per_fetch=10)
-    finally:
-        SqliteCache.put_many = real_put_many
+    monkeypatch.setattr(SqliteCache, "put_many", counted)
+    await _replay(make_settings(), tmp_path / "c.sqlite", [_case(i) for i in range(30)],
+                  per_fetch=10)
     # 30 messages in batches of 10: 60 judgments in at most 3 transactions.
     assert sum(commits) == 60 and len([c for c in commits if c]) <= 3
     stored = SqliteCache(tmp_path / "c.sqlite")
@@ -245,3 +239,36 @@ async def test_results_leave_in_the_order_read_when_a_later_batch_is_judged_firs
                                   [_case(i) for i in range(12)], per_fetch=2)
     assert [r["case_id"] for _, _, r in sent] == [f"c{i}" for i in range(12)]
     assert [done for done, _ in summary.progress] == list(range(2, 13, 2))
+
+
+class SlowAcks(FakeProducer):
+    """Acknowledges each record 50 ms after it was sent."""
+
+    acked = 0
+
+    async def send(self, topic, value, *, key, timestamp_ms, headers):
+        self.sent.append((topic, key, orjson.loads(value)))
+        future = asyncio.get_running_loop().create_future()
+
+        def ack():
+            self.acked += 1
+            future.set_result(None)
+
+        asyncio.get_running_loop().call_later(0.05, ack)
+        return future
+
+
+async def test_a_batch_counts_as_done_only_once_the_broker_acknowledged_it(
+        make_settings, judge_server, tmp_path, monkeypatch):
+    producer, acked_at_progress = SlowAcks(), []
+    real_settle = replay_module._settle
+
+    async def settle(sent, summary, progress):
+        await real_settle(sent, summary, lambda done, planned: acked_at_progress.append(
+            (done, producer.acked)))
+
+    monkeypatch.setattr(replay_module, "_settle", settle)
+    summary, _ = await _replay(make_settings(), tmp_path / "c.sqlite",
+                               [_case(i) for i in range(9)], per_fetch=3, producer=producer)
+    assert acked_at_progress == [(3, 3), (6, 6), (9, 9)]  # one result per message
+    assert summary.processed == 9

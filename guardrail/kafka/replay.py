@@ -48,6 +48,8 @@ from .topics import ensure_topics, partition_count, review_topics
 __all__ = ["ReplaySummary", "replay", "output_topics"]
 
 Progress = Callable[[int, int], None]
+#: A batch handed to the producer: its record count, records and their acknowledgements.
+Sent = tuple[int, list[Outgoing], list[asyncio.Future[Any]]]
 
 #: Records a batch reads at most: the cache is read once and written once per
 #: batch, and the batch's acknowledgements are awaited together.
@@ -297,22 +299,30 @@ async def _consume(consumer: AIOKafkaConsumer, producer: AIOKafkaProducer,
         await queue.put(None)
 
     async def publish_in_order() -> None:
-        unacked: list[asyncio.Future[Any]] = []
+        previous: Sent | None = None
         while (item := await queue.get()) is not None:
             count, task = item
             records = await task
             work.remove(task)
             sent = await _send(producer, records)
-            # The previous batch's acks, while this one's records are on their way.
-            await asyncio.gather(*unacked)
-            unacked = sent
-            summary.processed += count
-            summary.count(records)
-            if progress:
-                progress(summary.processed, summary.planned)
-        await asyncio.gather(*unacked)
+            # The previous batch is acknowledged while this one's records are on their way.
+            await _settle(previous, summary, progress)
+            previous = (count, records, sent)
+        await _settle(previous, summary, progress)
 
     try:
         await gather_or_cancel(read_and_judge(), publish_in_order())
     finally:
         await cancel_and_wait(work)
+
+
+async def _settle(sent: Sent | None, summary: ReplaySummary, progress: Progress | None) -> None:
+    """Wait for a sent batch's acknowledgements, then count it as done."""
+    if sent is None:
+        return
+    count, records, futures = sent
+    await asyncio.gather(*futures)
+    summary.processed += count
+    summary.count(records)
+    if progress:
+        progress(summary.processed, summary.planned)
