@@ -270,5 +270,20 @@ async def test_a_batch_counts_as_done_only_once_the_broker_acknowledged_it(
     monkeypatch.setattr(replay_module, "_settle", settle)
     summary, _ = await _replay(make_settings(), tmp_path / "c.sqlite",
                                [_case(i) for i in range(9)], per_fetch=3, producer=producer)
-    assert acked_at_progress == [(3, 3), (6, 6), (9, 9)]  # one result per message
+    # One result per message: never counted before its results were acknowledged.
+    assert [done for done, _ in acked_at_progress] == [3, 6, 9]
+    assert all(acked >= done for done, acked in acked_at_progress)
     assert summary.processed == 9
+
+
+async def test_a_case_answered_in_line_from_the_cache_gets_the_record_evaluate_gives(
+        make_settings, judge_server, tmp_path, monkeypatch):
+    settings, cache = make_settings(verdict_thresholds={"toxicity": 0.3}), tmp_path / "c.sqlite"
+    values = [_case(i) for i in range(5)] + [orjson.dumps({"case_id": "x", "output": "idiot"})]
+    await _replay(settings, cache, values)
+    _, in_line = await _replay(settings, cache, values)
+    monkeypatch.setattr(Evaluator, "cached", lambda self, case, keys: None)
+    _, evaluated = await _replay(settings, cache, values)
+    for record in (*in_line, *evaluated):
+        del record[2]["judged_at"]
+    assert in_line == evaluated and judge_server.calls == 6
