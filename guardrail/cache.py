@@ -32,7 +32,7 @@ import orjson
 
 from .models import MetricResult, MetricRubric
 
-__all__ = ["JudgmentCache", "MemoryCache", "SqliteCache", "BatchedCache", "cache_key"]
+__all__ = ["BatchedCache", "JudgmentCache", "MemoryCache", "SqliteCache", "cache_key"]
 
 
 def cache_key(model: str, rubric: MetricRubric, judged: dict[str, str], scoring_mode: str,

@@ -1,9 +1,18 @@
 """Replay without a broker: where its records go, and what its summary says
 (the run itself is tested on the embedded broker in test_stream.py)."""
 
-import pytest
+import asyncio
+from types import SimpleNamespace
 
+import orjson
+import pytest
+from aiokafka import TopicPartition
+
+from guardrail.cache import BatchedCache, SqliteCache
 from guardrail.errors import ConfigError
+from guardrail.evaluate import Evaluator
+from guardrail.judges.llm import LLMJudge
+from guardrail.kafka import replay as replay_module
 from guardrail.kafka.replay import ReplaySummary, output_topics
 from guardrail.models import CostEstimate, MetricResult, RedteamMetrics
 from guardrail.settings import load_settings
@@ -67,17 +76,6 @@ def test_an_unknown_price_is_said_as_such_not_zero():
 
 # The replay's pipeline (read, judge, publish) over stand-ins for the Kafka
 # clients and the real HTTP judge client against the stand-in judge server.
-
-import asyncio  # noqa: E402
-from types import SimpleNamespace  # noqa: E402
-
-import orjson  # noqa: E402
-from aiokafka import TopicPartition  # noqa: E402
-
-from guardrail.cache import BatchedCache, SqliteCache  # noqa: E402
-from guardrail.evaluate import Evaluator  # noqa: E402
-from guardrail.judges.llm import LLMJudge  # noqa: E402
-from guardrail.kafka import replay as replay_module  # noqa: E402
 
 TP = TopicPartition("in", 0)
 

@@ -32,7 +32,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 
 from .._tasks import cancel_and_wait, gather_or_cancel
 from ..cache import BatchedCache
-
 from ..errors import ConfigError
 from ..evaluate import build_evaluator
 from ..judges.llm import Judge
