@@ -24,6 +24,7 @@ import hashlib
 import sqlite3
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -31,7 +32,7 @@ import orjson
 
 from .models import MetricResult, MetricRubric
 
-__all__ = ["JudgmentCache", "MemoryCache", "SqliteCache", "cache_key"]
+__all__ = ["BatchedCache", "JudgmentCache", "MemoryCache", "SqliteCache", "cache_key"]
 
 
 def cache_key(model: str, rubric: MetricRubric, judged: dict[str, str], scoring_mode: str,
@@ -47,12 +48,31 @@ def cache_key(model: str, rubric: MetricRubric, judged: dict[str, str], scoring_
     its own. The verdict threshold is not in the key: it is applied on reading.
     """
     data = {"model": model, "judged": judged, "mode": scoring_mode,
-            "reasoning": include_reasoning, "rubric": _rubric_data(rubric)}
+            "reasoning": include_reasoning, "rubric": _rubric_json(rubric)}
     if calls != "per_metric":
         data["calls"] = calls
     if logprobs:
         data["logprobs"] = True
     return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+#: id(rubric) -> (the rubric, its keyed JSON). By identity: hashing a rubric
+#: (every field, its examples too) for ``lru_cache`` cost more than the rest of
+#: a key; the configured rubrics live as long as the process.
+_RUBRIC_JSON: dict[int, tuple[MetricRubric, orjson.Fragment]] = {}
+
+
+def _rubric_json(rubric: MetricRubric) -> orjson.Fragment:
+    """The rubric as keyed, serialised once (sorted: the key is a digest of
+    sorted JSON, and a fragment is written as it is)."""
+    held = _RUBRIC_JSON.get(id(rubric))
+    if held is None or held[0] is not rubric:
+        if len(_RUBRIC_JSON) >= 256:  # rubrics of cases' own redteam blocks come and go
+            _RUBRIC_JSON.clear()
+        held = (rubric, orjson.Fragment(orjson.dumps(_rubric_data(rubric),
+                                                     option=orjson.OPT_SORT_KEYS)))
+        _RUBRIC_JSON[id(rubric)] = held
+    return held[1]
 
 
 @functools.lru_cache(maxsize=256)
@@ -73,15 +93,17 @@ def _encode(result: MetricResult) -> bytes:
     return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
 
 
-def _decode(blob: bytes) -> MetricResult:
-    return MetricResult.model_validate(orjson.loads(blob))
+#: A hit costs nothing: it reports the spend of this run, not of the original call.
+_HIT = {"cached": True, "input_tokens": 0, "output_tokens": 0, "cost": 0.0,
+        "dropped_spans": 0, "cached_tokens": 0, "judge_seconds": 0.0}
 
 
-def _as_hit(result: MetricResult) -> MetricResult:
-    # A hit costs nothing: report the spend of this run, not of the original call.
-    return result.model_copy(update={"cached": True, "input_tokens": 0, "output_tokens": 0,
-                                     "cost": 0.0, "dropped_spans": 0, "cached_tokens": 0,
-                                     "judge_seconds": 0.0})
+def _hit(blob: bytes) -> MetricResult:
+    """A stored judgment as a cache hit, validated once (a copy with the hit's
+    fields cost as much again)."""
+    data = orjson.loads(blob)
+    data.update(_HIT)
+    return MetricResult.model_validate(data)
 
 
 class JudgmentCache(Protocol):
@@ -109,7 +131,7 @@ class MemoryCache:
         if blob is None:
             return None
         self._data.move_to_end(key)
-        return _as_hit(_decode(blob))
+        return _hit(blob)
 
     def put(self, key: str, result: MetricResult) -> None:
         if result.error is not None:
@@ -119,8 +141,22 @@ class MemoryCache:
         while len(self._data) > self._max:
             self._data.popitem(last=False)
 
+    def get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
+        """The stored judgments (encoded) of those of ``keys`` there are."""
+        return {k: blob for k in keys if (blob := self._data.get(k)) is not None}
+
+    def put_many(self, blobs: dict[str, bytes]) -> None:
+        """Store encoded successful judgments (see :class:`BatchedCache`)."""
+        self._data.update(blobs)
+        while len(self._data) > self._max:
+            self._data.popitem(last=False)
+
     def close(self) -> None:
         """Nothing to release."""
+
+
+#: Keys per ``SELECT ... IN``: under SQLite's oldest limit of 999 variables.
+QUERY_KEYS = 900
 
 
 class SqliteCache:
@@ -142,7 +178,7 @@ class SqliteCache:
                                    (key,)).fetchone()
         if row is None:
             return None
-        return _as_hit(_decode(row[0]))
+        return _hit(row[0])
 
     def put(self, key: str, result: MetricResult) -> None:
         if result.error is not None:
@@ -151,6 +187,84 @@ class SqliteCache:
         with self._lock, self._db:
             self._db.execute("INSERT OR REPLACE INTO judgments VALUES (?, ?)", (key, blob))
 
+    def get_many(self, keys: Iterable[str]) -> dict[str, bytes]:
+        """The stored judgments (encoded) of those of ``keys`` there are: one
+        query per :data:`QUERY_KEYS` keys instead of one per key."""
+        keys = list(keys)
+        found: dict[str, bytes] = {}
+        with self._lock:
+            for start in range(0, len(keys), QUERY_KEYS):
+                chunk = keys[start:start + QUERY_KEYS]
+                found.update(self._db.execute(
+                    f"SELECT key, result FROM judgments WHERE key IN ({','.join('?' * len(chunk))})",
+                    chunk).fetchall())
+        return found
+
+    def put_many(self, blobs: dict[str, bytes]) -> None:
+        """Store encoded successful judgments in one transaction (one commit,
+        one WAL sync, where a ``put`` each costs one of each)."""
+        if not blobs:
+            return
+        with self._lock, self._db:
+            self._db.executemany("INSERT OR REPLACE INTO judgments VALUES (?, ?)", blobs.items())
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+class BatchedCache:
+    """A cache read and written a batch at a time (``guardrail replay``).
+
+    ``prefetch`` reads the judgments of a batch's keys in one query and ``get``
+    answers from what it read; ``put`` keeps a new judgment (encoded) until
+    ``flush`` writes every kept one in one transaction. A key ``get`` was not
+    prefetched for (a cascade's second judge) is asked of the store itself::
+
+        cache = BatchedCache(SqliteCache("judgments.sqlite"))
+        cache.prefetch(keys)          # one SELECT ... WHERE key IN (...)
+        cache.get(key)                # no query
+        cache.flush()                 # the batch's new judgments, one commit
+
+    Each prefetched entry answers once and is then dropped, so what is held
+    stays within the batches in flight; a later ``get`` of it (a retry) goes to
+    the store, where an unflushed ``put`` is found among the kept ones first.
+    """
+
+    def __init__(self, store: MemoryCache | SqliteCache) -> None:
+        self.store = store
+        self.path = getattr(store, "path", None)
+        #: Prefetched key -> its stored judgment, or None: known to be absent.
+        self._read: dict[str, bytes | None] = {}
+        self._new: dict[str, bytes] = {}
+
+    def prefetch(self, keys: Iterable[str]) -> None:
+        wanted = [k for k in keys if k not in self._new]
+        found = self.store.get_many(wanted)
+        self._read.update((k, found.get(k)) for k in wanted)
+
+    def holds(self, key: str) -> bool:
+        """Whether ``get(key)`` answers without a query and finds a judgment."""
+        return key in self._new or self._read.get(key) is not None
+
+    def get(self, key: str) -> MetricResult | None:
+        blob = self._new.get(key)
+        if blob is None:
+            if key in self._read:
+                blob = self._read.pop(key)
+            else:
+                blob = self.store.get_many((key,)).get(key)
+        return None if blob is None else _hit(blob)
+
+    def put(self, key: str, result: MetricResult) -> None:
+        if result.error is None:
+            self._new[key] = _encode(result)
+
+    def flush(self) -> None:
+        """Write the judgments kept since the last flush, in one transaction."""
+        new, self._new = self._new, {}
+        self.store.put_many(new)
+
+    def close(self) -> None:
+        self.flush()
+        self.store.close()

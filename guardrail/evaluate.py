@@ -294,6 +294,26 @@ class Evaluator:
                                                 per_message=self.per_message)
         return RedteamMetrics(metrics=results, cost=aggregate_cost(results))
 
+    def cache_keys(self, case: Case) -> list[str]:
+        """The cache keys of ``case``'s metrics (none without a cache or an
+        output), to read a batch's at once (``BatchedCache.prefetch``)."""
+        if self.cache is None or not case.has_output:
+            return []
+        config = self.effective_config(case)
+        return [key for m in config.metrics if (key := self._key(case, m, config))]
+
+    def cached(self, case: Case, keys: list[str]) -> RedteamMetrics | None:
+        """What :meth:`evaluate` returns when the cache holds every judgment
+        (``keys``: :meth:`cache_keys`), else None; always None with a cascade."""
+        if self.cascade is not None or not keys:
+            return None
+        hits = [self.cache.get(key) for key in keys]  # type: ignore[union-attr]
+        if None in hits:
+            return None
+        results = [self._decided(hit, self.effective_config(case))  # type: ignore[arg-type]
+                   for hit in hits]
+        return RedteamMetrics(metrics=results, cost=aggregate_cost(results))
+
     def _key(self, case: Case, rubric: MetricRubric, config: EffectiveConfig) -> str | None:
         if self.cache is None:
             return None

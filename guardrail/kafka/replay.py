@@ -23,18 +23,21 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
+from .._tasks import cancel_and_wait, gather_or_cancel
+from ..cache import BatchedCache
 from ..errors import ConfigError
 from ..evaluate import build_evaluator
 from ..judges.llm import Judge
+from ..models import RedteamMetrics
 from ..settings import KafkaSettings, Settings
-from ..stream.envelope import Source
+from ..stream.envelope import InputMessage, Source
 from ..stream.processing import JudgeTally, MessageJudge, Outgoing, RawMessage
 from ..stream.sampling import Sampler
 from .clients import client_options
@@ -44,6 +47,20 @@ from .topics import ensure_topics, partition_count, review_topics
 __all__ = ["ReplaySummary", "replay", "output_topics"]
 
 Progress = Callable[[int, int], None]
+#: A batch handed to the producer: its record count, records and their acknowledgements.
+Sent = tuple[int, list[Outgoing], list[asyncio.Future[Any]]]
+
+#: Records a batch reads at most: the cache is read once and written once per
+#: batch, and the batch's acknowledgements are awaited together.
+READ_BATCH = 1000
+#: Batches judged at once (as the worker's MAX_INFLIGHT_BATCHES): one is read
+#: and one published while the others are judged. The judge's own limit
+#: (``judge_concurrency``) bounds the calls in flight, as in the worker.
+IN_FLIGHT = 4
+#: Producer batches: results leave a thousand at a time, so fill a batch per
+#: partition (half the broker's default largest batch, 1 MB) and wait a little for it.
+LINGER_MS = 20
+MAX_BATCH_BYTES = 512 * 1024
 
 
 @dataclass
@@ -127,11 +144,12 @@ async def _plan(kafka: KafkaSettings, consumer: AIOKafkaConsumer, topic: str, st
     return plan
 
 
-async def _publish(producer: AIOKafkaProducer, records: list[Outgoing]) -> None:
-    futures = [await producer.send(r.topic, r.value, key=r.key, timestamp_ms=r.timestamp_ms,
-                                   headers=list(r.headers) or None)
-               for r in records]
-    await asyncio.gather(*futures)
+async def _send(producer: AIOKafkaProducer, records: list[Outgoing]) -> list[asyncio.Future[Any]]:
+    """Hand every record to the producer (``send`` waits only while its buffer
+    is full); the futures of their acknowledgements."""
+    return [await producer.send(r.topic, r.value, key=r.key, timestamp_ms=r.timestamp_ms,
+                                headers=list(r.headers) or None)
+            for r in records]
 
 
 def output_topics(settings: Settings, results_topic: str | None,
@@ -163,14 +181,16 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
                                          **review_topics(settings.kafka, settings.review)},
                         strict=frozenset(), compacted=frozenset({settings.review.labels_topic}))
     evaluator = build_evaluator(settings, judge=judge, persistent_cache=True)
-    message_judge = MessageJudge.from_settings(
+    evaluator.cache = BatchedCache(evaluator.cache)  # type: ignore[arg-type]
+    message_judge = _BatchJudge.from_settings(
         evaluator, settings, emit_judgments=fire_alerts, results_topic=results_topic,
         dlq_topic=dlq_topic, origin=f"replay-{uuid.uuid4().hex[:12]}",
         sampler=_sampler(settings, sample_rate))
     cache_path = getattr(evaluator.cache, "path", None)
     options = client_options(settings.kafka)
     consumer = AIOKafkaConsumer(group_id=None, enable_auto_commit=False, **options)
-    producer = AIOKafkaProducer(acks="all", linger_ms=5, **options)
+    producer = AIOKafkaProducer(acks="all", linger_ms=LINGER_MS, max_batch_size=MAX_BATCH_BYTES,
+                                **options)
     await consumer.start()
     await producer.start()
     try:
@@ -181,7 +201,7 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
                                 planned=sum(b - a for a, b in plan.values()),
                                 ranges={tp.partition: r for tp, r in plan.items()},
                                 tally=message_judge.tally)
-        await _consume(consumer, producer, message_judge, plan, summary, settings, progress)
+        await _consume(consumer, producer, message_judge, plan, summary, progress)
         if sample_rate is not None:
             summary.not_sampled = message_judge.not_sampled
         summary.finished_at = datetime.now(timezone.utc).isoformat()
@@ -202,32 +222,106 @@ def _sampler(settings: Settings, sample_rate: float | None) -> Sampler | None:
                    partitions=settings.kafka.topic_partitions, rate=sample_rate)
 
 
-async def _consume(consumer: AIOKafkaConsumer, producer: AIOKafkaProducer,
-                   message_judge: MessageJudge, plan: dict[TopicPartition, tuple[int, int]],
-                   summary: ReplaySummary, settings: Settings,
-                   progress: Progress | None) -> None:
+class _BatchJudge(MessageJudge):
+    """Judges a replay's batch with the cache read for the whole batch first (one
+    query) and its new judgments written after it (one transaction)."""
+
+    async def _judge_until_available(self, messages: list[InputMessage]) -> list[RedteamMetrics]:
+        cache, evaluator = self.evaluator.cache, self.evaluator
+        assert isinstance(cache, BatchedCache)
+        # Before the first await: batches start in order (see MessageJudge.process).
+        keys = [evaluator.cache_keys(m.case) for m in messages]
+        cache.prefetch(key for some in keys for key in some)
+        # A case whose judgments are all cached makes no call: answered in line,
+        # not as a task of its own (a second pass is all such cases).
+        known = [evaluator.cached(m.case, some) if all(map(cache.holds, some)) else None
+                 for m, some in zip(messages, keys)]
+        missed = [m for m, verdict in zip(messages, known) if verdict is None]
+        try:
+            fresh = iter(await super()._judge_until_available(missed) if missed else ())
+        finally:
+            cache.flush()
+        return [verdict if verdict is not None else next(fresh) for verdict in known]
+
+    def _count(self, metrics: RedteamMetrics, message: InputMessage) -> None:
+        # A replay serves no /metrics: its summary's tally is all that counts.
+        self.tally.add(metrics)
+
+
+def _raws(batch: dict[TopicPartition, list[ConsumerRecord]],
+          active: dict[TopicPartition, int]) -> list[RawMessage]:
+    """The batch's records below their partition's stop; a partition read up
+    to its stop leaves ``active``."""
+    raws = []
+    for tp, messages in batch.items():
+        stop = active.get(tp, -1)
+        raws.extend(RawMessage(m.value, Source(m.topic, m.partition, m.offset,
+                                               timestamp_ms=m.timestamp, key=m.key,
+                                               headers=tuple(m.headers or ())))
+                    for m in messages if m.offset < stop)
+        if tp in active and messages and messages[-1].offset + 1 >= stop:
+            del active[tp]
+    return raws
+
+
+async def _read(consumer: AIOKafkaConsumer, plan: dict[TopicPartition, tuple[int, int]]
+                ) -> AsyncIterator[list[RawMessage]]:
+    """The planned ranges in batches of up to :data:`READ_BATCH` records."""
     active = {tp: stop for tp, (first, stop) in plan.items() if first < stop}
     for tp in active:
         consumer.seek(tp, plan[tp][0])
     while active:
-        batch = await consumer.getmany(*active, timeout_ms=1000,
-                                       max_records=settings.worker.batch_size)
-        raws = []
-        for tp, messages in batch.items():
-            for m in messages:
-                if m.offset < active.get(tp, -1):
-                    raws.append(RawMessage(m.value, Source(
-                        m.topic, m.partition, m.offset, timestamp_ms=m.timestamp, key=m.key,
-                        headers=tuple(m.headers or ()))))
-            if tp in active and messages and messages[-1].offset + 1 >= active[tp]:
-                del active[tp]
+        batch = await consumer.getmany(*active, timeout_ms=1000, max_records=READ_BATCH)
+        raws = _raws(batch, active)
         if raws:
-            records = await message_judge.process(raws)
-            await _publish(producer, records)
-            summary.processed += len(raws)
-            summary.count(records)
-            if progress:
-                progress(summary.processed, summary.planned)
+            yield raws
         for tp in list(active):  # nothing left below the stop (e.g. compacted away)
             if await consumer.position(tp) >= active[tp]:
                 del active[tp]
+
+
+async def _consume(consumer: AIOKafkaConsumer, producer: AIOKafkaProducer,
+                   message_judge: MessageJudge, plan: dict[TopicPartition, tuple[int, int]],
+                   summary: ReplaySummary, progress: Progress | None) -> None:
+    """Read, judge and publish as a pipeline: while up to :data:`IN_FLIGHT`
+    batches are judged (their judge calls as concurrent as the judge allows),
+    the next is read and finished ones are published, in the order read."""
+    queue: asyncio.Queue[tuple[int, asyncio.Task[list[Outgoing]]] | None] = \
+        asyncio.Queue(IN_FLIGHT)
+    work: list[asyncio.Task[list[Outgoing]]] = []
+
+    async def read_and_judge() -> None:
+        async for raws in _read(consumer, plan):
+            task = asyncio.ensure_future(message_judge.process(raws))
+            work.append(task)
+            await queue.put((len(raws), task))  # waits while IN_FLIGHT batches are unpublished
+        await queue.put(None)
+
+    async def publish_in_order() -> None:
+        previous: Sent | None = None
+        while (item := await queue.get()) is not None:
+            count, task = item
+            records = await task
+            work.remove(task)
+            sent = await _send(producer, records)
+            # The previous batch is acknowledged while this one's records are on their way.
+            await _settle(previous, summary, progress)
+            previous = (count, records, sent)
+        await _settle(previous, summary, progress)
+
+    try:
+        await gather_or_cancel(read_and_judge(), publish_in_order())
+    finally:
+        await cancel_and_wait(work)
+
+
+async def _settle(sent: Sent | None, summary: ReplaySummary, progress: Progress | None) -> None:
+    """Wait for a sent batch's acknowledgements, then count it as done."""
+    if sent is None:
+        return
+    count, records, futures = sent
+    await asyncio.gather(*futures)
+    summary.processed += count
+    summary.count(records)
+    if progress:
+        progress(summary.processed, summary.planned)
