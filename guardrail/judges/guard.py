@@ -162,8 +162,7 @@ class GuardJudge:
                 chosen, (GuardHTTPTransport, GuardLiteLLMTransport)):
             raise ConfigError(f"guard protocol {self.protocol.name} sends chat_template_kwargs, "
                               "which this transport cannot send (use make_guard_transport)")
-        # The judge's limit counts calls; a moderation transport sends up to
-        # judge_batch_size of them per request and limits requests itself.
+        # Calls let in: a moderation transport packs them into requests it limits itself.
         callers = self._settings.model_copy(update={
             "concurrency": self._settings.calls_in_flight(self.protocol.name)})
         self._llm = LLMJudge(callers, transport=chosen)
