@@ -4,7 +4,7 @@ moderation endpoint: messages judged at the same time share requests of up to
 bad entry, a short ``results`` list or a failed request fails only the messages
 it concerns, and ``judge_batch_size: 1`` sends one request per message, as before.
 The worker's judging path (``MessageJudge``) sends ceil(N / 32) requests for N
-messages."""
+messages, and so does the batch CLI."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from support.guard_server import Answer, GuardServer, moderation_result
 from support.in_process import judge_in_process
 
+from guardrail.batch import run_batch
 from guardrail.errors import ConfigError, JudgeAnswerError, JudgeError
 from guardrail.judges import GuardJudge
 from guardrail.models import Case
@@ -161,6 +162,15 @@ async def test_the_workers_judging_path_sends_ceil_n_over_batch_size_requests(se
         metric = metrics["toxicity"]
         unsafe = score_of(case["output"]) >= 0.5
         assert metric["result"][0]["verdict"] == ("UNSAFE" if unsafe else "SAFE")
+
+
+async def test_the_batch_cli_lets_in_enough_cases_to_fill_a_request(server, tmp_path):
+    cases = [(f"line {i}", Case(case_id=f"c{i}", output=text(i))) for i in range(40)]
+    settings = load_settings(environ={}, judge_model=MODEL, judge_protocol="moderation",
+                             judge_api_base=server.api_base, judge_max_retries=0)
+    summary = await run_batch(cases, settings=settings, output_dir=tmp_path)
+    assert (summary.cases, summary.judged) == (40, 40)
+    assert [len(inputs) for inputs in server.inputs()] == [32, 8]  # not 16 at a time
 
 
 def test_judge_batch_size_is_a_setting_with_its_variable():
