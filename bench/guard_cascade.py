@@ -208,20 +208,28 @@ async def run_config(on: str | None, messages: list[bytes], guard: str, strong: 
     settings = settings_for(on, guard, strong, strong_model)
     evaluator, strong_count, guard_count = build(settings)
     judge = MessageJudge.from_settings(evaluator, settings, emit_judgments=False)
-    verdicts: dict[tuple[str, str], str] = {}
     started = time.perf_counter()
     try:
-        for at in range(0, len(messages), BATCH):
-            batch = [RawMessage(value, Source("bench", 0, at + i))
-                     for i, value in enumerate(messages[at:at + BATCH])]
-            for record in await judge.process(batch):
-                if record.topic == settings.kafka.results_topic:
-                    verdicts.update(read_verdicts(record.key, record.value))
+        verdicts = await judge_batches(judge, messages, settings.kafka.results_topic)
     finally:
         await evaluator.aclose()
     return {"seconds": round(time.perf_counter() - started, 2), "verdicts": verdicts,
             "strong": tally(strong_count), "guard": tally(guard_count),
             "stages": stage_counts(judge)}
+
+
+async def judge_batches(judge: MessageJudge, messages: list[bytes],
+                        results_topic: str) -> dict[tuple[str, str], str]:
+    """Every message through the worker's judging path in batches of 64, one batch
+    after another; each (case, metric)'s verdict, or ``ERROR``."""
+    verdicts: dict[tuple[str, str], str] = {}
+    for at in range(0, len(messages), BATCH):
+        batch = [RawMessage(value, Source("bench", 0, at + i))
+                 for i, value in enumerate(messages[at:at + BATCH])]
+        for record in await judge.process(batch):
+            if record.topic == results_topic:
+                verdicts.update(read_verdicts(record.key, record.value))
+    return verdicts
 
 
 def read_verdicts(key: bytes | None, value: bytes) -> dict[tuple[str, str], str]:

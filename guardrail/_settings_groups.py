@@ -81,7 +81,14 @@ class JudgeSettings(BaseModel):
     unknown model or endpoint is never retried: it stops the command."""
     concurrency: int = Field(default=16, ge=1)
     """Most calls this judge has in flight at once in one process, across all cases
-    and metrics (a cascade's escalation judge has as many of its own)."""
+    and metrics (a cascade's escalation judge has as many of its own). With
+    ``judge_protocol: moderation``, the most requests in flight, each carrying up
+    to ``judge_batch_size`` messages."""
+    batch_size: int = Field(default=32, ge=1)
+    """With ``judge_protocol: moderation``: most messages sent in one request (the
+    endpoint takes a list of inputs); messages judged at the same time share a
+    request and each gets its own result back. 1: one request per message. Other
+    protocols send one request per call whatever this is."""
     max_tokens: int = Field(default=400, ge=16)
     """Longest answer in tokens for one metric; a call that judges several metrics at
     once (``judge_calls: per_message``) may use this much per metric."""
@@ -128,6 +135,13 @@ class JudgeSettings(BaseModel):
     qwen3guard_controversial: Literal["unsafe", "safe"] = "unsafe"
     """What Qwen3Guard's ``Controversial`` (and other guards' unsure answers) counts
     as."""
+
+    def calls_in_flight(self, protocol: str | None = None) -> int:
+        """Most judge calls let in at once with ``protocol`` (this judge's by default):
+        ``concurrency``, times ``batch_size`` for ``moderation``, whose requests carry
+        up to that many calls each (fewer calls in flight would never fill one)."""
+        shared = (protocol or self.protocol) == "moderation"
+        return self.concurrency * (self.batch_size if shared else 1)
 
 
 class EvaluationSettings(BaseModel):

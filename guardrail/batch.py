@@ -213,7 +213,7 @@ async def _judge_all(cases: list[tuple[str, Case]], *, settings: Settings, judge
                      progress: Callable[[int, int, int], None] | None
                      ) -> dict[int, tuple[Case, RedteamMetrics]]:
     evaluator = build_evaluator(settings, judge=judge)
-    gate = asyncio.Semaphore(max(1, settings.judge.concurrency))
+    gate = asyncio.Semaphore(max(1, settings.judge.calls_in_flight()))
 
     async def judge_one(index: int, case: Case) -> tuple[int, Case, RedteamMetrics]:
         async with gate:

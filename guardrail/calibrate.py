@@ -71,7 +71,7 @@ async def calibrate(cases: Sequence[LabelledCase], *, settings: Settings,
     evaluator = build_evaluator(settings, judge=judge)
     max_chars = settings.sessions.session_max_chars
     _check_metrics(cases, evaluator.metric_sets, max_chars)
-    limit = asyncio.Semaphore(settings.judge.concurrency)
+    limit = asyncio.Semaphore(settings.judge.calls_in_flight())
     started = time.perf_counter()
 
     async def one(index: int, labelled: LabelledCase) -> Outcome:

@@ -4,12 +4,14 @@ error; the requests each card specifies; the category maps and their validation.
 
 import math
 
+import orjson
 import pytest
 
 from guardrail.judges import (CategoryMapError, GuardAnswerError, GuardCoverageError,
                               GuardInput, LlamaGuard, Moderation, Policy, Qwen3Guard, YesNo,
                               load_category_map, make_protocol)
 from guardrail.judges.protocols import GuardVerdict, class_probabilities, render_policy
+from guardrail.judges.protocols.moderation import share_tokens, split_results
 from guardrail.models import Case, MetricRubric
 from guardrail.judges.probability import TokenLogprob
 from guardrail.rubrics import default_metrics
@@ -234,6 +236,32 @@ def test_moderation_openai_and_mistral_bodies():
 def test_moderation_anything_else_is_an_error(body):
     with pytest.raises(GuardAnswerError):
         Moderation().parse(body)
+
+
+def test_a_batched_moderation_answer_splits_into_one_body_per_input_in_order():
+    entries = [{"category_scores": {"hate": p}} for p in (0.1, 0.8, 0.3)]
+    bodies = split_results({"id": "m", "model": "x", "results": entries,
+                            "usage": {"prompt_tokens": 9}}, 3)
+    assert bodies == [{"id": "m", "model": "x", "results": [e]} for e in entries]
+    parsed = [Moderation().parse(orjson.dumps(b).decode()).p_unsafe for b in bodies]
+    assert parsed == [0.1, 0.8, 0.3]
+
+
+@pytest.mark.parametrize("data, said", [({"results": [{}]}, "1 results for 3"),
+                                        ({"results": [{}] * 4}, "4 results for 3"),
+                                        ({"error": "busy"}, "no results list")])
+def test_a_moderation_answer_that_cannot_be_matched_fails_every_input(data, said):
+    errors = split_results(data, 3)
+    assert len(errors) == 3 and all(isinstance(e, GuardAnswerError) for e in errors)
+    assert said in str(errors[0]) and "judge_batch_size" in str(errors[0])
+
+
+@pytest.mark.parametrize("total, weights, shares", [
+    (10, [1, 1], [5, 5]), (10, [1, 2, 1], [3, 5, 2]), (7, [3, 3, 3], [3, 2, 2]),
+    (0, [5, 6], [0, 0]), (5, [0, 0], [3, 2]), (3, [], [])])
+def test_shared_tokens_follow_the_inputs_lengths_and_add_up(total, weights, shares):
+    assert share_tokens(total, weights) == shares
+    assert sum(share_tokens(total, weights)) == (total if weights else 0)
 
 
 # --- the judged turns, token alignment ---------------------------------------------------

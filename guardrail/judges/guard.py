@@ -162,7 +162,10 @@ class GuardJudge:
                 chosen, (GuardHTTPTransport, GuardLiteLLMTransport)):
             raise ConfigError(f"guard protocol {self.protocol.name} sends chat_template_kwargs, "
                               "which this transport cannot send (use make_guard_transport)")
-        self._llm = LLMJudge(self._settings, transport=chosen)
+        # Calls let in: a moderation transport packs them into requests it limits itself.
+        callers = self._settings.model_copy(update={
+            "concurrency": self._settings.calls_in_flight(self.protocol.name)})
+        self._llm = LLMJudge(callers, transport=chosen)
         self._rubrics = {r.name: r for r in rubrics}
 
     @property

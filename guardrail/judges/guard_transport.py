@@ -18,6 +18,14 @@
    judge's retries, timeouts, error classes and timing apply unchanged. Its
    answer text is the response body; it reports the tokens the endpoint
    reports (usually none).
+
+   Calls made at the same time share a request of up to ``judge_batch_size``
+   inputs (:class:`~guardrail.judges.micro_batch.MicroBatcher`): each call
+   still answers for its own message — its own ``results[i]`` as the body,
+   its share of the reported tokens, its own error — so a retry sends only
+   the messages that failed, in whatever request they join next. A call
+   alone in its request sends ``"input": text`` as before; with
+   ``judge_batch_size: 1`` every call does, without queueing.
 """
 
 from __future__ import annotations
@@ -30,11 +38,14 @@ from typing import Any
 import orjson
 
 from ..settings import JudgeSettings
+from .micro_batch import MicroBatcher
+from .protocols.base import GuardAnswerError
+from .protocols.moderation import share_tokens, split_results
 from .transports import (Completion, HTTPTransport, LiteLLMTransport, OpenAICompatibleClient,
                           Transport, uses_direct_http)
 
 __all__ = ["extra_body", "make_guard_transport", "GuardHTTPTransport", "GuardLiteLLMTransport",
-           "ModerationTransport", "DEFAULT_MODERATION_BASES"]
+           "ModerationTransport", "DEFAULT_MODERATION_BASES", "BATCH_LINGER"]
 
 _EXTRA: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
     "guard_extra_body", default=None)
@@ -42,6 +53,10 @@ _EXTRA: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVa
 #: Where a moderation model without ``judge_api_base`` is sent, by provider prefix.
 DEFAULT_MODERATION_BASES = {"openai/": "https://api.openai.com/v1",
                             "mistral/": "https://api.mistral.ai/v1"}
+#: Seconds a moderation request waits for more messages after its first: the
+#: worker starts a batch's messages within a few loop turns of each other, and
+#: an endpoint's round trip (~100 ms) dwarfs this wait.
+BATCH_LINGER = 0.005
 
 
 @contextlib.contextmanager
@@ -98,6 +113,10 @@ class ModerationTransport(HTTPTransport):
         self._client = OpenAICompatibleClient(base, api_key=key)
         # The client posts to its url; a moderation endpoint sits beside chat.
         self._client.url = base.rstrip("/") + "/moderations"
+        # judge_concurrency counts requests here: the judge lets that many
+        # batches' worth of calls in (GuardJudge), this lets that many requests out.
+        self._batches = MicroBatcher(self._post, size=settings.batch_size,
+                                     linger=BATCH_LINGER, slots=settings.concurrency)
 
     @property
     def url(self) -> str:
@@ -106,9 +125,31 @@ class ModerationTransport(HTTPTransport):
     async def complete(self, messages: list[dict[str, str]], response_format: Any = None,
                        max_tokens: int | None = None) -> Completion:
         text = messages[-1]["content"] if messages else ""
-        data = await self._client.complete({"model": self._model, "input": text},
-                                           timeout=self._settings.timeout)
+        if self._settings.batch_size > 1:
+            return await self._batches.submit(text)
+        (outcome,) = await self._post([text])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    async def _post(self, texts: list[str]) -> list[Completion | GuardAnswerError]:
+        """One request for ``texts``; each text's answer, or its error, in order."""
+        alone = len(texts) == 1  # the request a single message always made
+        data = await self._client.complete(
+            {"model": self._model, "input": texts[0] if alone else texts},
+            timeout=self._settings.timeout)
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         prompt = usage.get("prompt_tokens", usage.get("input_tokens", 0))
-        return Completion(orjson.dumps(data).decode(),
-                          prompt if isinstance(prompt, int) and prompt >= 0 else 0, 0)
+        prompt = prompt if isinstance(prompt, int) and prompt >= 0 else 0
+        if alone:  # the whole body, as parsed before requests were shared
+            return [Completion(orjson.dumps(data).decode(), prompt, 0)]
+        bodies = split_results(data, len(texts))
+        tokens = share_tokens(prompt, [len(text) for text in texts])
+        return [GuardAnswerError(f"guard judge {self._settings.model}: {body}")
+                if isinstance(body, GuardAnswerError)
+                else Completion(orjson.dumps(body).decode(), share, 0)
+                for body, share in zip(bodies, tokens)]
+
+    async def aclose(self) -> None:
+        await self._batches.aclose()
+        await super().aclose()

@@ -15,7 +15,17 @@ For worker subprocesses (sync code), served from a thread with its own loop::
     with GuardServer(answer=lambda body: llama(0.1)) as guard:
         env = StreamEnv(bootstrap, guard.api_base, tmp_path, judge_protocol="llama_guard")
 
-Replies come from ``script`` first, then ``answer(body)``. Every reply reports
+Replies come from ``script`` first, then ``answer(body)``. A moderation request
+may carry a list of inputs: with ``moderate`` set, the reply holds
+``moderate(text)`` as the result of each input in turn (return anything to
+answer one input with garbage; script a short body or a status to fail a whole
+request)::
+
+    server.moderate = lambda text: moderation_result({"hate": 0.9 if "vermin" in text else 0.1})
+    server.script.append(Answer(status=500))    # the next request fails as a whole
+    server.inputs()                              # every input sent, request by request
+
+Every reply reports
 ``usage(body, answer)`` tokens (``PROMPT`` and ``COMPLETION`` unless replaced);
 ``latency`` seconds delay each call. The request log is kept under a lock, so the
 test thread can read it while the server's thread appends.
@@ -36,7 +46,7 @@ from aiohttp import web
 from guardrail.local.rule_judge import ThreadServing
 
 __all__ = ["Answer", "GuardServer", "llama", "yes_no", "qwen",
-           "moderation_body", "PROMPT", "COMPLETION"]
+           "moderation_body", "moderation_result", "PROMPT", "COMPLETION"]
 
 PROMPT, COMPLETION = 120, 3  # tokens every answer reports unless ``usage`` says otherwise
 
@@ -79,6 +89,7 @@ class GuardServer(ThreadServing):
     def __init__(self, answer: Callable[[dict], Answer] | None = None) -> None:
         self.script: deque[Answer] = deque()
         self.answer = answer
+        self.moderate: Callable[[str], Any] | None = None
         self.usage: Callable[[dict, Answer], tuple[int, int]] = _fixed_usage
         self.latency = 0.0
         self.api_base = ""
@@ -92,6 +103,11 @@ class GuardServer(ThreadServing):
         with self._lock:
             return list(self._requests)
 
+    def inputs(self) -> list[list[str]]:
+        """The inputs of each moderation request so far, a lone input as a list of one."""
+        return [body["input"] if isinstance(body["input"], list) else [body["input"]]
+                for body in self.requests if "input" in body]
+
     async def start(self) -> GuardServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
@@ -102,7 +118,8 @@ class GuardServer(ThreadServing):
         self.api_base = f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
         return self
 
-    async def _next(self, body: dict) -> Answer:
+    async def _next(self, body: dict,
+                    answer: Callable[[dict], Answer] | None = None) -> Answer:
         with self._lock:
             self._requests.append(body)
         if self.latency:
@@ -110,8 +127,9 @@ class GuardServer(ThreadServing):
         try:  # popleft, not a length check: the test thread may script concurrently
             return self.script.popleft()
         except IndexError:
-            assert self.answer is not None, "GuardServer: nothing scripted and no answer"
-            return self.answer(body)
+            answer = answer or self.answer
+            assert answer is not None, "GuardServer: nothing scripted and no answer"
+            return answer(body)
 
     async def _chat(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -132,10 +150,17 @@ class GuardServer(ThreadServing):
                       "total_tokens": prompt + completion}})
 
     async def _moderations(self, request: web.Request) -> web.Response:
-        answer = await self._next(await request.json())
+        moderate = self._moderate_each if self.moderate is not None else None
+        answer = await self._next(await request.json(), moderate)
         if isinstance(answer.body, str):
             return web.Response(text=answer.body, status=answer.status)
         return web.json_response(answer.body, status=answer.status)
+
+    def _moderate_each(self, body: dict) -> Answer:
+        assert self.moderate is not None
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        return Answer(body={"id": "modr-1", "model": body["model"],
+                            "results": [self.moderate(text) for text in texts]})
 
 
 # --- answers as the model cards show them -----------------------------------------
@@ -165,7 +190,12 @@ def qwen(label: str, categories: str, unsafe: float, unsure: float, safe: float)
 
 
 def moderation_body(scores: dict[str, float]) -> dict[str, Any]:
-    """An OpenAI moderation body: a category is flagged from 0.5 in this stand-in."""
-    return {"id": "modr-1", "model": "omni-moderation-latest", "results": [{
-        "flagged": any(s >= 0.5 for s in scores.values()),
-        "categories": {k: s >= 0.5 for k, s in scores.items()}, "category_scores": scores}]}
+    """An OpenAI moderation body for one input."""
+    return {"id": "modr-1", "model": "omni-moderation-latest",
+            "results": [moderation_result(scores)]}
+
+
+def moderation_result(scores: dict[str, float]) -> dict[str, Any]:
+    """One input's entry of ``results``: a category is flagged from 0.5 in this stand-in."""
+    return {"flagged": any(s >= 0.5 for s in scores.values()),
+            "categories": {k: s >= 0.5 for k, s in scores.items()}, "category_scores": scores}

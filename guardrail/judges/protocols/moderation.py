@@ -9,7 +9,11 @@ same ``results[].categories`` / ``category_scores`` with its own names —
 … — and no ``flagged``):
 
 - Request: ``{"model": …, "input": text}`` with the judged text (the output);
-  a moderation endpoint classifies text, not a conversation.
+  a moderation endpoint classifies text, not a conversation. Several messages
+  judged at once share a request, ``"input": [text, …]``
+  (:class:`~guardrail.judges.guard_transport.ModerationTransport`), whose
+  ``results[i]`` answers ``input[i]``: :func:`split_results` makes it one
+  body per message, so each is parsed alone, as if it had been sent alone.
 - Answer: the JSON body. A category is flagged when the endpoint says so in
   ``categories``; an endpoint that sends scores only flags a score ≥ 0.5.
 - Per metric (in :mod:`guardrail.judges.categories`): P(UNSAFE) = the highest
@@ -38,7 +42,7 @@ from ..probability import TokenLogprob
 from .base import (GuardAnswerError, GuardCategory, GuardInput, GuardProtocol, GuardRequest,
                    GuardVerdict, excerpt)
 
-__all__ = ["Moderation", "FLAG_AT"]
+__all__ = ["Moderation", "FLAG_AT", "split_results", "share_tokens"]
 
 #: The score from which a category counts as flagged when the endpoint sends
 #: scores without its own booleans.
@@ -101,3 +105,38 @@ def _scores(raw: Any, text: str) -> tuple[tuple[str, float], ...]:
                                    f"{excerpt(text)}")
         scores.append((str(key), float(value)))
     return tuple(scores)
+
+
+def split_results(data: Mapping[str, Any], count: int) -> list[dict[str, Any] | GuardAnswerError]:
+    """The answer to ``count`` inputs sent together as one body per input, in the
+    inputs' order, each what a request for that input alone would have got (its
+    own ``results[i]``; the request's ``usage`` left out: see :func:`share_tokens`).
+    A ``results`` list of another length cannot be matched to the inputs (which
+    one is missing?), so every input gets the error, none a guessed result.
+    An unreadable entry fails only its own input, when it is parsed."""
+    results = data.get("results")
+    if not isinstance(results, list) or len(results) != count:
+        got = f"{len(results)} results" if isinstance(results, list) else "no results list"
+        return [GuardAnswerError(
+            f"moderation endpoint answered {got} for {count} inputs sent in one request, "
+            f"so no result can be matched to its message (judge_batch_size: 1 sends one "
+            f"message per request): {excerpt(orjson.dumps(data).decode())}")
+            for _ in range(count)]
+    rest = {key: value for key, value in data.items() if key not in ("results", "usage")}
+    return [{**rest, "results": [entry]} for entry in results]
+
+
+def share_tokens(total: int, weights: Sequence[int]) -> list[int]:
+    """``total`` tokens of a shared request split in proportion to ``weights`` (the
+    inputs' lengths), whole tokens summing to ``total``: the largest remainders
+    get the tokens left over. Weights all 0 split evenly."""
+    if not weights:
+        return []
+    if sum(weights) <= 0:
+        weights = [1] * len(weights)
+    whole = sum(weights)
+    shares = [total * weight // whole for weight in weights]
+    by_remainder = sorted(range(len(weights)), key=lambda i: -(total * weights[i] % whole))
+    for i in by_remainder[:total - sum(shares)]:
+        shares[i] += 1
+    return shares
