@@ -229,10 +229,11 @@ def outage_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *, cases:
 
 
 def rebalance_scenario(bootstrap: str, judge: JudgeServer, workdir: Path, *, cases: int,
-                       latency: float = 0.02, timeout: float = 600) -> dict[str, Any]:
+                       latency: float = 0.02, timeout: float = 600,
+                       **settings: Any) -> dict[str, Any]:
     """A second worker joins at 20% and leaves (SIGTERM) at 60% of the run."""
     judge.latency = latency
-    env, produced = _setup(bootstrap, judge, workdir, cases)
+    env, produced = _setup(bootstrap, judge, workdir, cases, **settings)
     with TopicWatcher(bootstrap, env.topic("results")) as results:
         first = env.start_worker()
         results.wait_for(lambda r: len(r) >= cases // 5, timeout=timeout)
