@@ -12,6 +12,8 @@ finished) instead of being submitted a second time::
     state.update(chunk, batch_id="batch_1")        # after the batch is created
     state.chunk_of("r1")                           # the chunk, for a resumed request
     state.release(chunk, ["r2"])                   # r2 expired unanswered: submit it again
+    state.mark_published("in->out:0", [17, 18])    # replay: results of offsets 17, 18 sent
+    state.is_published("in->out:0", 18)            # True: a restart skips that record
 """
 
 from __future__ import annotations
@@ -61,9 +63,13 @@ class BatchState:
     """Chunks by number and the chunk of every submitted ``custom_id``."""
 
     def __init__(self, path: Path | None, *, api_base: str, model: str,
-                 chunks: list[Chunk] | None = None) -> None:
+                 chunks: list[Chunk] | None = None,
+                 published: dict[str, list[list[int]]] | None = None) -> None:
         self.path, self.api_base, self.model = path, api_base, model
         self.chunks: list[Chunk] = chunks or []
+        #: ``replay --batch-api``: offset ranges [first, last] whose results were
+        #: published, by "topic->results topic:partition".
+        self.published: dict[str, list[list[int]]] = published or {}
         self._index = {cid: c for c in self.chunks for cid in c.custom_ids
                        if cid not in set(c.released)}
 
@@ -82,7 +88,8 @@ class BatchState:
             if data.get(key) != mine:
                 raise StateMismatch(f"batch state file {path} is for {key} {data.get(key)!r}, "
                                     f"not {mine!r}: use another --batch-state file")
-        return cls(path, api_base=api_base, model=model, chunks=chunks)
+        return cls(path, api_base=api_base, model=model, chunks=chunks,
+                   published=data.get("published") or {})
 
     def chunk_of(self, custom_id: str) -> Chunk | None:
         return self._index.get(custom_id)
@@ -108,11 +115,27 @@ class BatchState:
                 del self._index[cid]
         self.save()
 
+    def is_published(self, where: str, offset: int) -> bool:
+        """Whether the result of the record at ``offset`` of ``where`` was published."""
+        return any(first <= offset <= last for first, last in self.published.get(where, ()))
+
+    def mark_published(self, where: str, offsets: list[int]) -> None:
+        """Record published offsets of ``where`` (kept as merged ranges)."""
+        ranges = sorted([*self.published.get(where, ()), *([o, o] for o in offsets)])
+        merged: list[list[int]] = []
+        for first, last in ranges:
+            if merged and first <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], last)
+            else:
+                merged.append([first, last])
+        self.published[where] = merged
+        self.save()
+
     def save(self) -> None:
         if self.path is None:
             return
         data = {"version": _VERSION, "api_base": self.api_base, "model": self.model,
-                "chunks": [asdict(c) for c in self.chunks]}
+                "chunks": [asdict(c) for c in self.chunks], "published": self.published}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(self.path.name + ".tmp")
         temporary.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))

@@ -153,10 +153,11 @@ def _run_command(name: str, report: str, short_help: str, help_text: str) -> cli
 
 
 def batch_api_options(func: Any) -> Any:
-    """``--batch-api`` and ``--batch-state`` of ``run redteam|eval``."""
+    """``--batch-api`` and ``--batch-state`` of ``run redteam|eval`` and ``replay``."""
     func = click.option("--batch-state", type=click.Path(dir_okay=False),
                         help="With --batch-api: the state file a stopped run resumes from "
-                             "(default: OUTPUT_DIR/.batch-api-state.json).")(func)
+                             "(default: run: OUTPUT_DIR/.batch-api-state.json; replay: "
+                             "~/.cache/guardrail/replay-batch-state.json).")(func)
     return click.option("--batch-api", is_flag=True,
                         help="Send the judge requests through the provider's batch API "
                              "(OpenAI-compatible /files + /batches) at the batch price; "

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -44,6 +44,9 @@ from .topics import ensure_topics, partition_count, review_topics
 __all__ = ["ReplaySummary", "replay", "output_topics"]
 
 Progress = Callable[[int, int], None]
+#: The read/judge/publish loop: (consumer, producer, message judge, plan, summary,
+#: settings, progress).
+Consume = Callable[..., Awaitable[None]]
 
 
 @dataclass
@@ -151,9 +154,12 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
                  topic: str | None = None, results_topic: str | None = None,
                  dlq_topic: str | None = None, fire_alerts: bool = False,
                  judge: Judge | None = None, progress: Progress | None = None,
-                 sample_rate: float | None = None) -> ReplaySummary:
+                 sample_rate: float | None = None, consume: Consume | None = None
+                 ) -> ReplaySummary:
     """Judge every message of ``topic`` with a timestamp in [start_ms, end_ms)
-    (with ``sample_rate``: the sample the worker would judge at that rate)."""
+    (with ``sample_rate``: the sample the worker would judge at that rate).
+    ``consume`` replaces the read/judge/publish loop (``replay --batch-api``:
+    :func:`guardrail.batch_api.replay.consume_in_chunks`)."""
     topic = topic or settings.kafka.input_topic
     # ensure_topics checks first that the broker answers (one line, exit 2 if not).
     results_topic, dlq_topic = output_topics(settings, results_topic, dlq_topic)
@@ -181,7 +187,8 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
                                 planned=sum(b - a for a, b in plan.values()),
                                 ranges={tp.partition: r for tp, r in plan.items()},
                                 tally=message_judge.tally)
-        await _consume(consumer, producer, message_judge, plan, summary, settings, progress)
+        await (consume or _consume)(consumer, producer, message_judge, plan, summary, settings,
+                                    progress)
         if sample_rate is not None:
             summary.not_sampled = message_judge.not_sampled
         summary.finished_at = datetime.now(timezone.utc).isoformat()

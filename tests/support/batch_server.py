@@ -12,7 +12,8 @@ run can be compared field for field with a synchronous run against
         server.http_status_for = lambda cid, body: 500 if ... else None
         server.expire_next = 1                  # the next batch ends expired, half done
         server.fail_next = 1                    # the next batch fails validation
-        server.hold = True                      # batches stay in_progress until False
+        server.hold = True                      # batches stay in_progress until False,
+        server.release_first = 1                # but for the first one created
         ...                                     # point judge_api_base at server.api_base
         server.creates, server.uploads, server.polls
 """
@@ -52,10 +53,13 @@ class BatchServer(ThreadServing):
         #: custom_id → raw answer content (garbage) instead of the rule judge's.
         self.content_for: Callable[[str, dict], str | None] = lambda cid, body: None
         self.expire_next = 0
-        #: While on, batches stay in_progress (a run can be stopped mid-poll).
+        #: While on, batches stay in_progress (a run can be stopped mid-poll),
+        #: except the first ``release_first`` created.
         self.hold = False
+        self.release_first = 0
         self.fail_next = 0
         self.created_sizes: list[int] = []
+        self._created: list[int] = []
 
     @property
     def api_base(self) -> str:
@@ -102,6 +106,7 @@ class BatchServer(ThreadServing):
         batch["_end"] = ("failed" if self._take("fail_next")
                          else "expired" if self._take("expire_next") else "completed")
         self.batches[batch["id"]] = batch
+        self._created.append(int(batch["id"].split("-")[1]))
         self._polls_of[batch["id"]] = 0
         return web.json_response(_public(batch))
 
@@ -133,7 +138,8 @@ class BatchServer(ThreadServing):
             batch["status"] = "failed"
             batch["errors"] = {"data": [{"code": "invalid_request", "message": "stand-in failure"}]}
             return
-        status = STEPS[min(step, 1 if self.hold else len(STEPS) - 1)]
+        held = self.hold and int(batch["id"].split("-")[1]) not in self._created[:self.release_first]
+        status = STEPS[min(step, 1 if held else len(STEPS) - 1)]
         if status == "completed":
             self._finish(batch)
         else:
