@@ -16,6 +16,7 @@ import pytest
 from guardrail.batch import run_batch
 from guardrail.batch_api.run import STATE_FILE, batch_prices, run_batch_api
 from guardrail.batch_api.state import BatchState
+from guardrail.errors import ConfigError
 from guardrail.models import Case
 from guardrail.settings import load_settings
 from tests.support.batch_server import BatchServer
@@ -144,6 +145,21 @@ async def test_a_failed_batch_leaves_every_request_not_judged(tmp_path, batch_se
     assert {e["error"] for e in summary.errors} == {
         "not judged: batch batch-2 ended failed without running this request; a new run "
         "with the same batch state file submits it again"}
+
+
+async def test_a_provider_blip_while_polling_is_waited_out(tmp_path, batch_server):
+    batch_server.fail_polls = 3
+    said = []
+    summary, _ = await _batch_run(_cases(), _batch_settings(batch_server), tmp_path,
+                                  say=said.append)
+    assert summary.judged == len(TEXTS) and batch_server.fail_polls == 0
+    assert sum("failed (BatchHTTPError: HTTP 503" in line for line in said) == 3
+
+
+async def test_a_cascade_is_refused_rather_than_run_with_batch_settings(tmp_path, batch_server):
+    with pytest.raises(ConfigError, match="does not take a cascade"):
+        await _batch_run(_cases(), _batch_settings(batch_server, escalate_model="openai/x"),
+                         tmp_path)
 
 
 async def test_the_batch_run_costs_the_batch_price(tmp_path, batch_server, make_settings):

@@ -22,9 +22,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import orjson
 
 from ..errors import JudgeConfigError, JudgeError
@@ -39,6 +40,9 @@ from .state import BatchState, Chunk
 __all__ = ["BatchCollector", "BatchTransport", "request_id"]
 
 Say = Callable[[str], None]
+#: Tries of one batch API call that fails transiently before the chunk fails
+#: (its requests then carry the error; the state file keeps the batch for a rerun).
+TRANSIENT_ATTEMPTS = 8
 #: The fence token in a serialized body (hex, after the prompt's label).
 _FENCE = re.compile(re.escape(FENCE_LINE.encode()) + rb"([0-9a-f]{8,64})")
 
@@ -185,7 +189,8 @@ class BatchCollector:
             await self._poll(chunk)
         # Requests an earlier run gave back belong to a newer chunk now.
         mine = [cid for cid in chunk.custom_ids if self.state.chunk_of(cid) is chunk]
-        answers, problems = await chunk_results(self.client, chunk)
+        answers, problems = await self._patient(
+            f"reading {chunk.batch_id}'s results", lambda: chunk_results(self.client, chunk))
         unanswered = [cid for cid in mine if cid in problems and problems[cid].unanswered]
         if unanswered:
             self.state.release(chunk, unanswered)
@@ -208,9 +213,10 @@ class BatchCollector:
         batch = (None if chunk.number in self._fresh
                  else await self.client.find(input_file_id=chunk.file_id))
         if batch is None:
-            batch = await self.client.create(
-                chunk.file_id, completion_window=self.settings.completion_window,
-                metadata={"guardrail_chunk": str(chunk.number)})
+            file_id = chunk.file_id
+            batch = await self._patient("creating a batch", lambda: self.client.create(
+                file_id, completion_window=self.settings.completion_window,
+                metadata={"guardrail_chunk": str(chunk.number)}))
         self._record(chunk, batch)
         self._say(f"batch chunk {chunk.number}: {len(chunk.custom_ids)} requests submitted "
                   f"as {chunk.batch_id}")
@@ -218,11 +224,27 @@ class BatchCollector:
     async def _poll(self, chunk: Chunk) -> None:
         delay = self.settings.poll_seconds
         while True:
-            self._record(chunk, await self.client.retrieve(str(chunk.batch_id)))
+            self._record(chunk, await self._patient(
+                f"checking {chunk.batch_id}", lambda: self.client.retrieve(str(chunk.batch_id))))
             if chunk.finished:
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.settings.poll_max_seconds)
+
+    async def _patient(self, doing: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        """``call()``, again after a transient failure (a lost connection, 429,
+        5xx): a poll lasting hours must outlive a blip, not fail the chunk."""
+        delay, attempt = self.settings.poll_seconds, 1
+        while True:
+            try:
+                return await call()
+            except (aiohttp.ClientConnectionError, asyncio.TimeoutError, BatchHTTPError) as exc:
+                if not _transient(exc) or attempt == TRANSIENT_ATTEMPTS:
+                    raise
+                self._say(f"batch API: {doing} failed ({type(exc).__name__}: {exc}); "
+                          f"again in {delay:g} s")
+            await asyncio.sleep(delay)
+            delay, attempt = min(delay * 2, self.settings.poll_max_seconds), attempt + 1
 
     def _record(self, chunk: Chunk, batch: dict[str, Any]) -> None:
         changes = {"batch_id": batch.get("id"), "status": str(batch.get("status") or "unknown"),
@@ -260,6 +282,11 @@ def _failure(exc: BaseException, doing: str) -> JudgeError:
         return JudgeConfigError(f"judge configuration error: the batch API refused the key "
                                 f"({exc}); check judge_api_key", setting="judge_api_key")
     return BatchRequestError(f"batch API failed {doing}: {type(exc).__name__}: {exc}")
+
+
+def _transient(exc: BaseException) -> bool:
+    status = getattr(exc, "status_code", None)
+    return status is None or status == 429 or status >= 500
 
 
 def _fresh_copy(exc: JudgeError) -> JudgeError:

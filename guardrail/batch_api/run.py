@@ -70,6 +70,9 @@ def batch_prices(judge: JudgeSettings, *, discount: float) -> tuple[float, float
 def batch_settings(settings: Settings) -> Settings:
     """The settings a batch run judges with: the batch price, every call in
     flight at once, a wait as long as a batch, no retry of a batch line."""
+    if settings.escalation.model:
+        # The escalation judge would inherit a batch line's wait and no retries.
+        raise ConfigError("--batch-api does not take a cascade yet: unset escalate_model")
     judge = settings.judge
     prices = batch_prices(judge, discount=settings.batch_api.discount)
     changes: dict[str, object] = {"concurrency": IN_FLIGHT, "timeout": CALL_WAIT_SECONDS,

@@ -12,6 +12,7 @@ run can be compared field for field with a synchronous run against
         server.http_status_for = lambda cid, body: 500 if ... else None
         server.expire_next = 1                  # the next batch ends expired, half done
         server.fail_next = 1                    # the next batch fails validation
+        server.fail_polls = 2                   # the next two status checks answer 503
         server.hold = True                      # batches stay in_progress until False,
         server.release_first = 1                # but for the first one created
         ...                                     # point judge_api_base at server.api_base
@@ -58,6 +59,8 @@ class BatchServer(ThreadServing):
         self.hold = False
         self.release_first = 0
         self.fail_next = 0
+        #: The next status checks answer 503 (a provider's blip).
+        self.fail_polls = 0
         self.created_sizes: list[int] = []
         self._created: list[int] = []
 
@@ -121,6 +124,9 @@ class BatchServer(ThreadServing):
         if batch is None:
             return _error(404, "no such batch")
         self.polls += 1
+        if self.fail_polls:
+            self.fail_polls -= 1
+            return _error(503, "stand-in outage")
         self._polls_of[batch["id"]] += 1
         self._advance(batch, self._polls_of[batch["id"]] // self.steps_per_status)
         return web.json_response(_public(batch))
