@@ -70,8 +70,10 @@ class BatchState:
         #: ``replay --batch-api``: offset ranges [first, last] whose results were
         #: published, by "topic->results topic:partition".
         self.published: dict[str, list[list[int]]] = published or {}
-        self._index = {cid: c for c in self.chunks for cid in c.custom_ids
-                       if cid not in set(c.released)}
+        self._index: dict[str, Chunk] = {}
+        for chunk in self.chunks:
+            released = set(chunk.released)
+            self._index.update((cid, chunk) for cid in chunk.custom_ids if cid not in released)
 
     @classmethod
     def open(cls, path: Path | None, *, api_base: str, model: str) -> BatchState:
