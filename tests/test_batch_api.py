@@ -170,6 +170,28 @@ async def test_the_batch_run_costs_the_batch_price(tmp_path, batch_server, make_
     assert batch.cost.cost == pytest.approx(sync.cost.cost / 2)
 
 
+async def test_a_request_asked_again_after_its_batch_finished_is_answered(tmp_path,
+                                                                          batch_server):
+    settings = _batch_settings(batch_server)
+    first, _ = await _batch_run(_cases(TEXTS[:2]), settings, tmp_path)
+    # The same cases again in one process, through a collector that saw the batch finish.
+    from guardrail.batch_api.client import BatchClient
+    from guardrail.batch_api.collector import BatchCollector
+
+    state = BatchState.open(tmp_path / STATE_FILE, api_base=batch_server.api_base,
+                            model="openai/test-judge")
+    collector = BatchCollector(BatchClient(batch_server.api_base, api_key=KEY), state,
+                               settings=settings.batch_api)
+    cid = state.chunks[0].custom_ids[0]
+    try:
+        once = await asyncio.wait_for(collector.request(cid, {}), 10)
+        again = await asyncio.wait_for(collector.request(cid, {}), 10)
+    finally:
+        await collector.aclose()
+    assert once == again and once["choices"] and first.judged == 2
+    assert batch_server.creates == 1
+
+
 def test_batch_prices_come_from_the_price_map():
     judge = load_settings(environ={}, judge_model="openai/gpt-4o-mini").judge
     assert batch_prices(judge, discount=0.5) == (7.5e-08, 3e-07)  # the map's *_batches

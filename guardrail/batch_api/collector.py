@@ -153,10 +153,12 @@ class BatchCollector:
 
     def _follow(self, chunk: Chunk) -> None:
         """Wait for a chunk recorded by an earlier run (or this one)."""
-        if chunk.number not in self._tasks:
+        task = self._tasks.get(chunk.number)
+        if task is None:
             self.resumed += 1
             self._say(f"batch chunk {chunk.number}: resumed ({chunk.batch_id or 'no batch yet'}, "
                       f"{chunk.status}), not submitted again")
+        if task is None or task.done():  # done: its results are read again for this one
             self._tasks[chunk.number] = asyncio.create_task(self._guarded(chunk, self._finish))
 
     async def _submit(self, ids: list[str], content: bytes) -> None:
