@@ -74,10 +74,11 @@ def _batch(opts: argparse.Namespace, inputs: Path, out: Path) -> dict[str, Any]:
         first = {"seconds": round(seconds, 1), "requests": sum(server.created_sizes),
                  "chunks": server.creates, "chunk_sizes": list(server.created_sizes),
                  "status_checks": server.polls, **_summary(out)}
-        uploads = server.uploads
+        uploads, downloads = server.uploads, server.downloads
         seconds, proc = _run(command, _env(opts))
         again = {"seconds": round(seconds, 1), "new_chunks": server.creates - first["chunks"],
                  "new_uploads": server.uploads - uploads,
+                 "result_files_read": server.downloads - downloads,
                  "line": proc.stderr.strip().splitlines()[-1], **_summary(out)}
     return {"first": first, "restart": again}
 
@@ -118,8 +119,9 @@ def _print(report: dict[str, Any]) -> None:
     print(f"| run --batch-api | {first['judged']:,} | {first['requests']:,} | {first['chunks']} "
           f"({'+'.join(map(str, first['chunk_sizes']))}) | {first['seconds']} s "
           f"({first['status_checks']} status checks) | ${first['cost_usd']:.4f} |")
-    print(f"| same command again (restart) | {again['judged']:,} | 0 new | "
-          f"{again['new_chunks']} new | {again['seconds']} s | (already paid) |")
+    print(f"| same command again (restart) | {again['judged']:,} | "
+          f"{again['new_uploads']} new | {again['new_chunks']} new | {again['seconds']} s "
+          f"({again['result_files_read']} result files read) | (already paid) |")
     if sync:
         ratio = first["cost_usd"] / sync["cost_usd"] if sync["cost_usd"] else float("nan")
         same = (sync["judged"], sync["unsafe"]) == (first["judged"], first["unsafe"])

@@ -97,6 +97,10 @@ async def test_a_stopped_run_resumes_its_batches_and_pays_nothing_twice(tmp_path
     batch_server.hold = False
     summary, stats = await _batch_run(_cases(), settings, tmp_path)
     assert (batch_server.creates, batch_server.uploads) == (3, 3)
+    assert batch_server.downloads == 3  # each batch's output read once
+    downloads = batch_server.downloads
+    summary, stats = await _batch_run(_cases(), settings, tmp_path)  # all finished before
+    assert batch_server.downloads - downloads == 3 and batch_server.creates == 3
     assert (stats.submitted, stats.resumed, stats.requests) == (0, 3, 12)
     assert summary.cases == summary.judged == len(TEXTS)
     assert sorted(_files(tmp_path)) == sorted([f"c{i}.json" for i in range(1, 13)]

@@ -98,7 +98,7 @@ class BatchCollector:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._cuts: set[asyncio.Task[None]] = set()
         self._timer: asyncio.Task[None] | None = None
-        self._last_arrival = 0.0
+        self._last_arrival = self._last_request = 0.0
         self._fresh: set[int] = set()
         #: Requests asked, chunks submitted by this run, chunks resumed from the state.
         self.requests = self.submitted = self.resumed = 0
@@ -107,6 +107,7 @@ class BatchCollector:
         """The response body of this request, once its batch has finished; raises
         :class:`BatchRequestError` when the batch has none for it."""
         future = asyncio.get_running_loop().create_future()
+        self._last_request = asyncio.get_running_loop().time()
         first = custom_id not in self._waiters
         self._waiters.setdefault(custom_id, []).append(future)
         if first:
@@ -189,6 +190,8 @@ class BatchCollector:
         if not chunk.finished or (chunk.status != "failed" and chunk.output_file_id is None
                                   and chunk.error_file_id is None):
             await self._poll(chunk)
+        else:  # finished in an earlier run: let this run's requests for it come in first
+            await self._quiet()
         # Requests an earlier run gave back belong to a newer chunk now.
         mine = [cid for cid in chunk.custom_ids if self.state.chunk_of(cid) is chunk]
         answers, problems = await self._patient(
@@ -207,6 +210,13 @@ class BatchCollector:
                   f"{len(answers)} answered, {len(chunk.custom_ids) - len(answers)} not"
                   + (f" ({len(unanswered)} given back: a new run submits them again)"
                      if unanswered else ""))
+
+    async def _quiet(self) -> None:
+        """Wait until no request came for ``gather_seconds``: a finished chunk's
+        results are read once for all its requests, not once per late one."""
+        loop = asyncio.get_running_loop()
+        while (due := self._last_request + self.settings.gather_seconds) > loop.time():
+            await asyncio.sleep(due - loop.time())
 
     async def _create(self, chunk: Chunk) -> None:
         assert chunk.file_id is not None

@@ -16,7 +16,7 @@ run can be compared field for field with a synchronous run against
         server.hold = True                      # batches stay in_progress until False,
         server.release_first = 1                # but for the first one created
         ...                                     # point judge_api_base at server.api_base
-        server.creates, server.uploads, server.polls
+        server.creates, server.uploads, server.polls, server.downloads
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class BatchServer(ThreadServing):
         self.batches: dict[str, dict[str, Any]] = {}
         self._polls_of: dict[str, int] = {}
         self._ids = itertools.count(1)
-        self.creates = self.uploads = self.polls = 0
+        self.creates = self.uploads = self.polls = self.downloads = 0
         #: custom_id → an error-file line (its ``error.message``) instead of an answer.
         self.error_for: Callable[[str, dict], str | None] = lambda cid, body: None
         #: custom_id → an HTTP status other than 200 for its response line.
@@ -87,6 +87,7 @@ class BatchServer(ThreadServing):
         content = self.files.get(request.match_info["file_id"])
         if content is None:
             return _error(404, "no such file")
+        self.downloads += 1
         return web.Response(body=content, content_type="application/jsonl")
 
     async def _create(self, request: web.Request) -> web.Response:
