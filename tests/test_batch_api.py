@@ -16,7 +16,7 @@ import pytest
 from guardrail.batch import run_batch
 from guardrail.batch_api.run import STATE_FILE, batch_prices, run_batch_api
 from guardrail.batch_api.state import BatchState
-from guardrail.errors import ConfigError
+from guardrail.errors import ConfigError, JudgeConfigError
 from guardrail.models import Case
 from guardrail.settings import load_settings
 from tests.support.batch_server import BatchServer
@@ -164,6 +164,15 @@ async def test_a_cascade_is_refused_rather_than_run_with_batch_settings(tmp_path
     with pytest.raises(ConfigError, match="does not take a cascade"):
         await _batch_run(_cases(), _batch_settings(batch_server, escalate_model="openai/x"),
                          tmp_path)
+
+
+async def test_an_endpoint_without_a_batch_api_is_a_configuration_error(tmp_path,
+                                                                        judge_server):
+    settings = load_settings(environ={}, judge_model="openai/test-judge", judge_api_key=KEY,
+                             judge_api_base=judge_server.api_base, batch_gather_seconds=0.05)
+    with pytest.raises(JudgeConfigError, match="has no batch API.*check judge_api_base"):
+        await _batch_run(_cases(TEXTS[:2]), settings, tmp_path)
+    assert judge_server.calls == 0
 
 
 async def test_the_batch_run_costs_the_batch_price(tmp_path, batch_server, make_settings):

@@ -293,6 +293,10 @@ def _failure(exc: BaseException, doing: str) -> JudgeError:
     if isinstance(exc, BatchHTTPError) and exc.status_code in (401, 403):
         return JudgeConfigError(f"judge configuration error: the batch API refused the key "
                                 f"({exc}); check judge_api_key", setting="judge_api_key")
+    if isinstance(exc, BatchHTTPError) and exc.status_code == 404 and "uploading" in doing:
+        return JudgeConfigError("judge configuration error: the judge endpoint has no batch "
+                                f"API (/files answered {exc}); check judge_api_base",
+                                setting="judge_api_base")
     return BatchRequestError(f"batch API failed {doing}: {type(exc).__name__}: {exc}")
 
 
