@@ -182,7 +182,7 @@ class BatchCollector:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - every waiter of the chunk is told
-            self._fail(chunk.custom_ids, _failure(exc, f"batch chunk {chunk.number}"))
+            self._fail(self._mine(chunk), _failure(exc, f"batch chunk {chunk.number}"))
 
     async def _finish(self, chunk: Chunk) -> None:
         if chunk.batch_id is None:
@@ -192,8 +192,7 @@ class BatchCollector:
             await self._poll(chunk)
         else:  # finished in an earlier run: let this run's requests for it come in first
             await self._quiet()
-        # Requests an earlier run gave back belong to a newer chunk now.
-        mine = [cid for cid in chunk.custom_ids if self.state.chunk_of(cid) is chunk]
+        mine = self._mine(chunk)
         answers, problems = await self._patient(
             f"reading {chunk.batch_id}'s results", lambda: chunk_results(self.client, chunk))
         unanswered = [cid for cid in mine if cid in problems and problems[cid].unanswered]
@@ -210,6 +209,10 @@ class BatchCollector:
                   f"{len(answers)} answered, {len(chunk.custom_ids) - len(answers)} not"
                   + (f" ({len(unanswered)} given back: a new run submits them again)"
                      if unanswered else ""))
+
+    def _mine(self, chunk: Chunk) -> list[str]:
+        """The chunk's requests, less those given back (they belong to a newer one now)."""
+        return [cid for cid in chunk.custom_ids if self.state.chunk_of(cid) is chunk]
 
     async def _quiet(self) -> None:
         """Wait until no request came for ``gather_seconds``: a finished chunk's
