@@ -277,7 +277,11 @@ def estimate_redteam(input_path: str, limit: int | None, sample_rate: float, as_
         from ..batch_api.run import batch_settings
 
         settings = batch_settings(settings)
-        click.echo("priced at the batch API price", err=True)
+        judge = settings.judge
+        click.echo("priced at the batch API price" + (
+            f": ${judge.input_cost_per_token:g} / ${judge.output_cost_per_token:g} per input / "
+            "output token, cached tokens in full" if judge.input_cost_per_token is not None
+            else " (none known for this model)"), err=True)
     cases = read_input_file(input_path, settings, limit=limit).cases
     # The estimator only renders prompts; the judge object is never called.
     evaluator = build_evaluator(settings)
