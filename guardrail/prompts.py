@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from .models import EXAMPLE_BEGIN, EXAMPLE_END, Case, MetricRubric, RubricExample, ScoringMode
 
 __all__ = ["JudgePrompt", "render_prompt", "render_group_prompt", "new_nonce", "session_nonce",
+           "FENCE_LINE",
            "SYSTEM_PROMPT"]
 
 SYSTEM_PROMPT = (
@@ -100,6 +101,9 @@ class JudgePrompt:
 
 #: Random bytes of a fence token (written as twice as many hex characters).
 NONCE_BYTES = 6
+#: What precedes the fence token in a prompt (the batch path reads it back to
+#: name a request by its content without the per-call token).
+FENCE_LINE = "Fence token: "
 
 
 def new_nonce(texts: Sequence[str]) -> str:
@@ -192,7 +196,7 @@ def _tail(nonce: str, judged: dict[str, str]) -> str:
     fences = "\n".join(
         f"<<<{nonce} BEGIN {name}>>>\n{text}\n<<<{nonce} END {name}>>>" if text
         else f"({name}: not provided)" for name, text in judged.items())
-    return f"Fence token: {nonce}\n{fences}"
+    return f"{FENCE_LINE}{nonce}\n{fences}"
 
 
 def _prompt(metrics: Sequence[MetricRubric], case: Case, static: str, *, nonce: str | None,

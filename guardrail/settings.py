@@ -22,6 +22,7 @@ judge never sees the Kafka password)::
     settings.escalation  # EscalationSettings (guardrail.judges.cascade): escalate_model, band, ...
     settings.runs        # RunSettings (guardrail.runs): agent runs from OTLP spans
     settings.sessions    # SessionSettings (guardrail.sessions): conversations judged whole
+    settings.batch_api   # BatchApiSettings (guardrail.batch_api): run --batch-api chunks, polls
 
 Every setting also has one flat name, the name users write: ``judge_model``,
 ``input_topic``, ``window_seconds`` … (:data:`FLAT_NAMES`). Flat names work as
@@ -53,12 +54,14 @@ from .formats.settings import InputSettings
 from .review.settings import ReviewSettings
 from .runs.settings import RunSettings
 from .sessions.settings import SessionSettings
+from .batch_api.settings import BatchApiSettings
 from ._config_file import read_config_file
 from .errors import ConfigError
 
 __all__ = ["Settings", "JudgeSettings", "EvaluationSettings", "KafkaSettings", "WorkerSettings",
            "WindowSettings", "AlertRule", "SamplingSettings", "InputSettings", "ReviewSettings",
-           "SampleRule", "EscalationSettings", "RunSettings", "SessionSettings", "load_settings",
+           "SampleRule", "EscalationSettings", "RunSettings", "SessionSettings", "BatchApiSettings",
+           "load_settings",
            "settings_env", "env_text",
            "read_config_file", "ENV_PREFIX", "FLAT_NAMES", "DEFAULT_CACHE_PATH"]
 
@@ -81,6 +84,7 @@ _GROUPS: dict[str, tuple[type[BaseModel], str]] = {
     "escalation": (EscalationSettings, "escalate_"),
     "runs": (RunSettings, ""),
     "sessions": (SessionSettings, ""),
+    "batch_api": (BatchApiSettings, "batch_"),
 }
 
 #: Flat name → (group, field): ``judge_model`` → ``("judge", "model")``.
@@ -129,6 +133,7 @@ class Settings(BaseModel):
     escalation: EscalationSettings = EscalationSettings()
     runs: RunSettings = RunSettings()
     sessions: SessionSettings = SessionSettings()
+    batch_api: BatchApiSettings = BatchApiSettings()
 
     @model_validator(mode="before")
     @classmethod

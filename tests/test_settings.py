@@ -98,6 +98,13 @@ OLD_NAMES = {
     "session_memory_bytes": ("sessions", "session_memory_bytes"),
     "session_max_chars": ("sessions", "session_max_chars"),
     "session_association_keys": ("sessions", "session_association_keys"),
+    "batch_max_requests": ("batch_api", "max_requests"),
+    "batch_max_bytes": ("batch_api", "max_bytes"),
+    "batch_gather_seconds": ("batch_api", "gather_seconds"),
+    "batch_poll_seconds": ("batch_api", "poll_seconds"),
+    "batch_poll_max_seconds": ("batch_api", "poll_max_seconds"),
+    "batch_completion_window": ("batch_api", "completion_window"),
+    "batch_discount": ("batch_api", "discount"),
 }
 
 #: A value for each old name that differs from its default, as an environment string.
@@ -168,6 +175,13 @@ SAMPLE_ENV = {
     "session_memory_bytes": "5000000",
     "session_max_chars": "5000",
     "session_association_keys": "chat_id,session_id",
+    "batch_max_requests": "1000",
+    "batch_max_bytes": "5000000",
+    "batch_gather_seconds": "0.5",
+    "batch_poll_seconds": "1",
+    "batch_poll_max_seconds": "60",
+    "batch_completion_window": "48h",
+    "batch_discount": "0.4",
 }
 
 

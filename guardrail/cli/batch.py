@@ -25,6 +25,7 @@ from .estimate_view import estimate_json, print_estimate
 from .progress import Progress
 
 __all__ = ["run_group", "estimate_group", "settings_options", "settings_from_flags",
+           "batch_api_options",
            "not_judged_line", "input_format_options", "read_input_file"]
 
 
@@ -124,24 +125,57 @@ def _run_command(name: str, report: str, short_help: str, help_text: str) -> cli
                        "no case; 0 only when every case was read and judged SAFE. Without it, "
                        "a run exits 0 once finished, or 3 when it judged none of its cases.")
     @click.option("--quiet", is_flag=True, help="No progress line.")
+    @batch_api_options
     @input_format_options
     @settings_options
     def command(input_path: str, limit: int | None, output_dir: str, fail_on_unsafe: bool,
-                quiet: bool, **flags: Any) -> None:
+                quiet: bool, batch_api: bool, batch_state: str | None, **flags: Any) -> None:
         settings = settings_from_flags(**flags)
         read = read_input_file(input_path, settings, limit=limit)
         cases, problems = read.cases, read.problems
         folder = report_folder(Path(output_dir), report)
         with Progress("judged", unit="cases", total=len(cases), missed_label="not judged",
                       enabled=not quiet and bool(cases)) as progress:
-            summary = asyncio.run(run_batch(
-                cases, settings=settings, output_dir=folder, report=report,
-                problems=problems, progress=lambda judged, not_judged, total:
-                progress.update(judged, total, missed=not_judged)))
+            def update(judged: int, not_judged: int, total: int) -> None:
+                progress.update(judged, total, missed=not_judged)
+
+            if batch_api:
+                summary = _run_batch_api(cases, settings, folder, report, problems,
+                                         batch_state, update)
+            else:
+                summary = asyncio.run(run_batch(
+                    cases, settings=settings, output_dir=folder, report=report,
+                    problems=problems, progress=update))
         _print_summary(summary, folder)
         _exit(summary, fail_on_unsafe)
 
     return command
+
+
+def batch_api_options(func: Any) -> Any:
+    """``--batch-api`` and ``--batch-state`` of ``run redteam|eval`` and ``replay``."""
+    func = click.option("--batch-state", type=click.Path(dir_okay=False),
+                        help="With --batch-api: the state file a stopped run resumes from "
+                             "(default: run: OUTPUT_DIR/.batch-api-state.json; replay: "
+                             "~/.cache/guardrail/replay-batch-state.json).")(func)
+    return click.option("--batch-api", is_flag=True,
+                        help="Send the judge requests through the provider's batch API "
+                             "(OpenAI-compatible /files + /batches) at the batch price; "
+                             "results come when each batch finishes (up to 24 h). A rerun "
+                             "resumes the batches already submitted.")(func)
+
+
+def _run_batch_api(cases: Any, settings: Settings, folder: Path, report: str, problems: Any,
+                   batch_state: str | None, update: Any) -> BatchSummary:
+    from ..batch_api.run import run_batch_api  # only a batch run needs it
+
+    summary, stats = asyncio.run(run_batch_api(
+        cases, settings=settings, output_dir=folder, report=report, problems=problems,
+        state_path=Path(batch_state) if batch_state else None,
+        say=lambda line: click.echo(line, err=True), progress=update))
+    click.echo(f"batch API: {stats.requests} requests, {stats.submitted} chunk(s) submitted, "
+               f"{stats.resumed} resumed; state {stats.state_path}", err=True)
+    return summary
 
 
 def _exit(summary: BatchSummary, fail_on_unsafe: bool) -> None:
@@ -231,12 +265,23 @@ def estimate_group() -> None:
 @click.option("--sample-rate", type=click.FloatRange(0.0, 1.0), default=1.0, show_default=True,
               help="Share of cases that will be judged (0-1); multiplies calls and cost.")
 @click.option("--json", "as_json", is_flag=True, help="Print the estimate as JSON.")
+@click.option("--batch-api", is_flag=True,
+              help="Price the run at the batch API price (as run --batch-api would pay).")
 @input_format_options
 @settings_options
 def estimate_redteam(input_path: str, limit: int | None, sample_rate: float, as_json: bool,
-                     **flags: Any) -> None:
+                     batch_api: bool, **flags: Any) -> None:
     """Render the real judge prompts, count tokens with litellm and price them."""
     settings = settings_from_flags(**flags)
+    if batch_api:
+        from ..batch_api.run import batch_settings
+
+        settings = batch_settings(settings)
+        judge = settings.judge
+        click.echo("priced at the batch API price" + (
+            f": ${judge.input_cost_per_token:g} / ${judge.output_cost_per_token:g} per input / "
+            "output token, cached tokens in full" if judge.input_cost_per_token is not None
+            else " (none known for this model)"), err=True)
     cases = read_input_file(input_path, settings, limit=limit).cases
     # The estimator only renders prompts; the judge object is never called.
     evaluator = build_evaluator(settings)

@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -17,7 +18,7 @@ from ..kafka.broker import DEFAULT_PORT, EmbeddedBroker
 from ..kafka.io import produce_records, tail_records
 from ..kafka.topics import ensure_topics
 from ..stream.envelope import parse_event_time
-from .batch import input_format_options, settings_from_flags, settings_options
+from .batch import batch_api_options, input_format_options, settings_from_flags, settings_options
 from .options import setting_option
 from .progress import Progress
 
@@ -219,9 +220,10 @@ def _time(value: str | None) -> int | None:
 @click.option("--sample-rate", type=click.FloatRange(0, 1), help="Judge only this share, "
               "chosen as the worker chooses (by case_id) with the sample_rules; default: all.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
+@batch_api_options
 def replay_command(start: str, end: str | None, topic: str | None, results_topic: str | None,
                    dlq_topic: str | None, fire_alerts: bool, sample_rate: float | None,
-                   quiet: bool, **flags: Any) -> None:
+                   quiet: bool, batch_api: bool, batch_state: str | None, **flags: Any) -> None:
     """Re-judge a time range of a topic, then stop."""
     from ..kafka.replay import replay
 
@@ -231,12 +233,26 @@ def replay_command(start: str, end: str | None, topic: str | None, results_topic
     reporter = Progress("replayed", unit="messages", enabled=not quiet)
     progress = reporter.update
 
-    summary = asyncio.run(replay(settings, start_ms=start_ms or 0, end_ms=end_ms, topic=topic,
-                                 results_topic=results_topic, dlq_topic=dlq_topic,
-                                 fire_alerts=fire_alerts, progress=progress,
-                                 sample_rate=sample_rate))
+    args = dict(start_ms=start_ms or 0, end_ms=end_ms, topic=topic, results_topic=results_topic,
+                dlq_topic=dlq_topic, fire_alerts=fire_alerts, progress=progress,
+                sample_rate=sample_rate)
+    if batch_api:
+        summary = _replay_batch_api(settings, batch_state, args)
+    else:
+        summary = asyncio.run(replay(settings, **args))
     reporter.finish()
     _print_replay_summary(summary)
+
+
+def _replay_batch_api(settings: Any, batch_state: str | None, args: dict[str, Any]) -> Any:
+    from ..batch_api.replay import replay_batch_api  # only a batch replay needs it
+
+    summary, stats = asyncio.run(replay_batch_api(
+        settings, state_path=Path(batch_state) if batch_state else None,
+        say=lambda line: click.echo(line, err=True), **args))
+    click.echo(f"batch API: {stats.requests} requests, {stats.submitted} chunk(s) submitted, "
+               f"{stats.resumed} resumed; state {stats.state_path}", err=True)
+    return summary
 
 
 def _print_replay_summary(summary: ReplaySummary) -> None:

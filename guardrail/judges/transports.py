@@ -44,7 +44,7 @@ from ..settings import JudgeSettings
 
 __all__ = ["Completion", "Transport", "LiteLLMTransport", "HTTPTransport", "HTTPStatusError",
            "OpenAICompatibleClient", "make_transport", "uses_direct_http", "status_of",
-           "CONFIG_SETTINGS"]
+           "CONFIG_SETTINGS", "chat_body", "completion_from_json"]
 
 #: litellm provider prefixes whose api_base speaks the OpenAI chat API as is.
 _OPENAI_COMPATIBLE = ("openai/", "hosted_vllm/")
@@ -239,28 +239,9 @@ class HTTPTransport:
 
     async def complete(self, messages: Messages, response_format: dict[str, Any] | None,
                        max_tokens: int | None = None) -> Completion:
-        s = self._settings
-        body: dict[str, Any] = {
-            # The provider prefix is litellm's routing, not the server's model name.
-            "model": s.model.split("/", 1)[1], "messages": messages,
-            "temperature": s.temperature, "max_tokens": max_tokens or s.max_tokens,
-        }
-        if response_format is not None:
-            body["response_format"] = response_format
-        if self._logprobs:
-            body.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
-        data = await self._send(body)
-        tokens = data.get("usage")
-        tokens = tokens if isinstance(tokens, dict) else {}
-        try:
-            choice = data["choices"][0]
-            content = choice["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            choice = content = None
-        logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
-        return Completion(content, _count(tokens.get("prompt_tokens")),
-                          _count(tokens.get("completion_tokens")), _cached_count(data, tokens),
-                          read_logprobs(logprobs))
+        body = chat_body(self._settings, messages, response_format, max_tokens,
+                         logprobs=self._logprobs)
+        return completion_from_json(await self._send(body))
 
     async def _send(self, body: dict[str, Any]) -> dict[str, Any]:
         timeout = self._settings.timeout
@@ -280,6 +261,39 @@ class HTTPTransport:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def chat_body(settings: JudgeSettings, messages: Messages, response_format: dict[str, Any] | None,
+              max_tokens: int | None = None, *, logprobs: bool) -> dict[str, Any]:
+    """The OpenAI chat-completions request body of one judge call: what
+    :class:`HTTPTransport` posts and what a batch file line carries
+    (:mod:`guardrail.batch_api`), so both ask the judge exactly the same."""
+    body: dict[str, Any] = {
+        # The provider prefix is litellm's routing, not the server's model name.
+        "model": settings.model.split("/", 1)[-1], "messages": messages,
+        "temperature": settings.temperature, "max_tokens": max_tokens or settings.max_tokens,
+    }
+    if response_format is not None:
+        body["response_format"] = response_format
+    if logprobs:
+        body.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
+    return body
+
+
+def completion_from_json(data: dict[str, Any]) -> Completion:
+    """A chat-completions response body read into a :class:`Completion`
+    (missing parts are None or 0: the judge says what is wrong with them)."""
+    tokens = data.get("usage")
+    tokens = tokens if isinstance(tokens, dict) else {}
+    try:
+        choice = data["choices"][0]
+        content = choice["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        choice = content = None
+    logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+    return Completion(content, _count(tokens.get("prompt_tokens")),
+                      _count(tokens.get("completion_tokens")), _cached_count(data, tokens),
+                      read_logprobs(logprobs))
 
 
 def _litellm_takes_logprobs(model: str) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -61,6 +61,9 @@ IN_FLIGHT = 4
 #: partition (half the broker's default largest batch, 1 MB) and wait a little for it.
 LINGER_MS = 20
 MAX_BATCH_BYTES = 512 * 1024
+#: The read/judge/publish loop: (consumer, producer, message judge, plan, summary,
+#: settings, progress).
+Consume = Callable[..., Awaitable[None]]
 
 
 @dataclass
@@ -169,9 +172,12 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
                  topic: str | None = None, results_topic: str | None = None,
                  dlq_topic: str | None = None, fire_alerts: bool = False,
                  judge: Judge | None = None, progress: Progress | None = None,
-                 sample_rate: float | None = None) -> ReplaySummary:
+                 sample_rate: float | None = None, consume: Consume | None = None
+                 ) -> ReplaySummary:
     """Judge every message of ``topic`` with a timestamp in [start_ms, end_ms)
-    (with ``sample_rate``: the sample the worker would judge at that rate)."""
+    (with ``sample_rate``: the sample the worker would judge at that rate).
+    ``consume`` replaces the read/judge/publish loop (``replay --batch-api``:
+    :func:`guardrail.batch_api.replay.consume_in_chunks`)."""
     topic = topic or settings.kafka.input_topic
     # ensure_topics checks first that the broker answers (one line, exit 2 if not).
     results_topic, dlq_topic = output_topics(settings, results_topic, dlq_topic)
@@ -201,7 +207,10 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
                                 planned=sum(b - a for a, b in plan.values()),
                                 ranges={tp.partition: r for tp, r in plan.items()},
                                 tally=message_judge.tally)
-        await _consume(consumer, producer, message_judge, plan, summary, progress)
+        if consume is None:
+            await _consume(consumer, producer, message_judge, plan, summary, progress)
+        else:  # another loop (--batch-api's), which reads its batch settings
+            await consume(consumer, producer, message_judge, plan, summary, settings, progress)
         if sample_rate is not None:
             summary.not_sampled = message_judge.not_sampled
         summary.finished_at = datetime.now(timezone.utc).isoformat()

@@ -46,7 +46,7 @@ from .rule_logprobs import choice_logprobs, steer_answer
 
 __all__ = ["JudgeServer", "ThreadServing", "ContentReply", "ErrorReply", "DelayReply", "Reply",
            "Responder", "hang", "make_verdict", "rule_verdict", "rule_answer", "requested_metrics",
-           "parse_prompt", "answer_shape", "DEFAULT_TRIGGERS", "main"]
+           "parse_prompt", "answer_shape", "DEFAULT_TRIGGERS", "main", "rule_completion"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,19 @@ def _completion(request_body: Mapping, content: str, cached_tokens: int | None,
     return {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion",
             "created": int(time.time()), "model": request_body.get("model", "test-judge"),
             "choices": [choice], "usage": usage}
+
+
+def rule_completion(body: Mapping, content: str, *, p_unsafe: Mapping[str, float],
+                    logprobs: bool = True, cached_tokens: int | None = None) -> dict:
+    """The chat-completions response body this stand-in answers ``content`` with
+    (log-probabilities when asked for and ``logprobs``); the stand-in batch
+    server of the tests writes the same into its output files::
+
+        body = rule_completion(request, json.dumps(answer), p_unsafe={})
+    """
+    tokens = (choice_logprobs(body, content, dict(p_unsafe))
+              if logprobs and body.get("logprobs") else None)
+    return _completion(body, content, cached_tokens, tokens)
 
 
 def _dumps(data: Any) -> str:
@@ -314,13 +327,12 @@ class JudgeServer(ThreadServing):
             reply = json.dumps(reply)
         if not isinstance(reply, str):
             return self._error(ErrorReply(500, message=f"bad reply {type(reply).__name__}"))
-        logprobs = (choice_logprobs(body, reply, self.p_unsafe)
-                    if self.logprobs and body.get("logprobs") else None)
         # orjson: an answer with log-probabilities is ~10 KB of JSON, which the
         # stdlib encoder took ~0.2 ms to write; this judge stands in for a remote
         # server, so its own CPU should not show in the worker's figures.
-        return web.json_response(_completion(body, reply, self._cached_tokens(body), logprobs),
-                                 dumps=_dumps)
+        return web.json_response(rule_completion(
+            body, reply, p_unsafe=self.p_unsafe, logprobs=self.logprobs,
+            cached_tokens=self._cached_tokens(body)), dumps=_dumps)
 
     def _error(self, reply: ErrorReply) -> web.Response:
         self.errors += 1
