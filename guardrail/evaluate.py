@@ -9,11 +9,10 @@ one cache policy::
     metrics.to_json()   # spec-shaped bytes
     await evaluator.aclose()
 
-Calls (``judge_calls``): ``per_message`` (default) asks one call for every
-metric of a case not already in the cache; ``per_metric`` one call per metric.
-Either way each metric gets its own ``MetricResult``; a call's tokens and cost
-are split equally over the metrics it answered (see ``Usage.split``), so the
-case's ``cost`` is exactly what its calls spent.
+Calls (``judge_calls``): ``per_message`` (default) asks one call for every metric of a
+case not in the cache; ``per_metric`` one per metric. Each metric gets its own
+``MetricResult``; a call's tokens and cost are split equally over the metrics it
+answered (``Usage.split``), so the case's ``cost`` is what its calls spent.
 
 Metric sets (:mod:`guardrail.metric_sets`, merged once, at start): a plain
 message is judged on the defaults (``bias``, ``toxicity``) and the custom
@@ -42,8 +41,7 @@ Verdicts: when the judge's log-probabilities give P(UNSAFE), the verdict is
 UNSAFE iff P ≥ the metric's threshold (``verdict_thresholds``, else 0.5; see
 :mod:`guardrail.verdicts`); ``MetricResult.probability_unsafe`` carries P
 (None: the sampled verdict stood), ``result[0].probability_unsafe`` too with
-``include_probability``. The cache keeps the sampled judgment with its P, so
-a changed threshold applies to cached judgments as well, at no judge cost.
+``include_probability``. The cache keeps the sampled judgment with P: a new threshold applies to it.
 """
 
 from __future__ import annotations
@@ -295,8 +293,7 @@ class Evaluator:
         return RedteamMetrics(metrics=results, cost=aggregate_cost(results))
 
     def cache_keys(self, case: Case) -> list[str]:
-        """The cache keys of ``case``'s metrics (none without a cache or an
-        output), to read a batch's at once (``BatchedCache.prefetch``)."""
+        """``case``'s metrics' cache keys (none without a cache or an output)."""
         if self.cache is None or not case.has_output:
             return []
         config = self.effective_config(case)
@@ -308,11 +305,10 @@ class Evaluator:
         if self.cascade is not None or not keys:
             return None
         hits = [self.cache.get(key) for key in keys]  # type: ignore[union-attr]
-        if None in hits:
-            return None
-        results = [self._decided(hit, self.effective_config(case))  # type: ignore[arg-type]
-                   for hit in hits]
-        return RedteamMetrics(metrics=results, cost=aggregate_cost(results))
+        config = self.effective_config(case)
+        results = [self._decided(hit, config) for hit in hits if hit is not None]
+        return RedteamMetrics(metrics=results, cost=aggregate_cost(results)) \
+            if len(results) == len(hits) else None
 
     def _key(self, case: Case, rubric: MetricRubric, config: EffectiveConfig) -> str | None:
         if self.cache is None:

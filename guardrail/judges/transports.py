@@ -265,9 +265,7 @@ class HTTPTransport:
 
 def chat_body(settings: JudgeSettings, messages: Messages, response_format: dict[str, Any] | None,
               max_tokens: int | None = None, *, logprobs: bool) -> dict[str, Any]:
-    """The OpenAI chat-completions request body of one judge call: what
-    :class:`HTTPTransport` posts and what a batch file line carries
-    (:mod:`guardrail.batch_api`), so both ask the judge exactly the same."""
+    """One judge call's chat body: HTTPTransport posts it, a batch line carries it."""
     body: dict[str, Any] = {
         # The provider prefix is litellm's routing, not the server's model name.
         "model": settings.model.split("/", 1)[-1], "messages": messages,
@@ -281,10 +279,8 @@ def chat_body(settings: JudgeSettings, messages: Messages, response_format: dict
 
 
 def completion_from_json(data: dict[str, Any]) -> Completion:
-    """A chat-completions response body read into a :class:`Completion`
-    (missing parts are None or 0: the judge says what is wrong with them)."""
-    tokens = data.get("usage")
-    tokens = tokens if isinstance(tokens, dict) else {}
+    """A chat-completions answer as a :class:`Completion` (missing parts None or 0)."""
+    tokens = data["usage"] if isinstance(data.get("usage"), dict) else {}
     try:
         choice = data["choices"][0]
         content = choice["message"]["content"]
