@@ -44,10 +44,19 @@ _TEMPLATES: dict[str, tuple[str, int | None]] = {
     "Heartbeat session expired - marking coordinator dead": ("coordinator", None),
     "Marking the coordinator dead (node %s)for group %s.": ("coordinator", 0),
     "Group Coordinator Request failed: %s": ("coordinator", None),
+    "Heartbeat failed for group %s: coordinator (node %s) is either not started or not valid":
+        ("coordinator", 1),
+    "Heartbeat failed: %r": ("coordinator", None),
 }
 #: Templates that start so: the rest of the message varies between releases.
-_PREFIXES = {"OffsetCommit failed": "commit", "Heartbeat failed": "coordinator",
+_PREFIXES = {"OffsetCommit failed": "commit",
              "Got error produce response on topic-partition": "produce"}
+#: A group's own churn, not trouble: every join or leave makes the members
+#: rejoin (a heartbeat or commit told "rebalancing", "generation not current").
+_CHURN = ("Heartbeat failed for group %s because it is rebalancing",
+          "Heartbeat failed for group %s: generation id is not  current.",
+          "Heartbeat failed: local member_id was not recognized;",
+          "OffsetCommit failed for group %s due to group error (%s), will rejoin")
 
 _ERROR_NAME = re.compile(r"\b([A-Z][A-Za-z]*(?:Error|Exception))\b")
 
@@ -60,7 +69,7 @@ _DESCRIBED = {"connect": "connection errors", "metadata": "metadata requests fai
 def classify(template: Any, args: Any) -> Failure | None:
     """The failure a client log record (``record.msg``, ``record.args``) tells of;
     None for every other record."""
-    if not isinstance(template, str):
+    if not isinstance(template, str) or template.startswith(_CHURN):
         return None
     args = args if isinstance(args, tuple) else ()
     kind, node_arg = _TEMPLATES.get(template, (None, None))
