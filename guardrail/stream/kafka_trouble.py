@@ -17,6 +17,7 @@ wiring in :mod:`guardrail.agents.kafka_trouble` feeds it)::
 from __future__ import annotations
 
 import re
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -134,10 +135,12 @@ class TroubleReport:
 
 
 class KafkaTrouble:
-    """Counts client failures; one report per ``interval`` seconds with any."""
+    """Counts client failures; one report per ``interval`` seconds with any.
+    Thread-safe: the worker's consumer runs the Kafka client on a thread of its own."""
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
+        self._lock = threading.Lock()
         self._counts: Counter[Failure] = Counter()
         self._started: float | None = None
         self._last: float | None = None
@@ -146,22 +149,24 @@ class KafkaTrouble:
     def note(self, failure: Failure, now: float) -> bool:
         """Count ``failure``; True for the first of its kind, broker and error in
         this interval (log that one), False for the repeats (held back)."""
-        if self._started is None:
-            self._started = now
-        self._last = now
-        first = failure not in self._counts
-        self._counts[failure] += 1
-        self._held_back += not first
-        return first
+        with self._lock:
+            if self._started is None:
+                self._started = now
+            self._last = now
+            first = failure not in self._counts
+            self._counts[failure] += 1
+            self._held_back += not first
+            return first
 
     def report(self, now: float) -> TroubleReport | None:
         """The failures since the last report, once ``interval`` has passed since
         the first of them; None while nothing failed or the interval runs."""
-        if self._started is None or now - self._started < self.interval:
-            return None
-        report = TroubleReport(now - self._started, dict(self._counts), self._held_back)
-        self._counts, self._started, self._held_back = Counter(), None, 0
-        return report
+        with self._lock:
+            if self._started is None or now - self._started < self.interval:
+                return None
+            report = TroubleReport(now - self._started, dict(self._counts), self._held_back)
+            self._counts, self._started, self._held_back = Counter(), None, 0
+            return report
 
     def quiet_for(self, now: float) -> float:
         """Seconds since the last failure (infinite before any)."""
