@@ -85,8 +85,7 @@ def runtime():
     wiring.register(runtime)
     yield runtime
     for service in runtime.services:  # the loggers' filters off again
-        for name in wiring.CLIENT_LOGGERS:
-            logging.getLogger(name).removeFilter(service)
+        service.uninstall()
 
 
 def _gauge(telemetry: Telemetry, name: str) -> float | None:
@@ -115,6 +114,22 @@ def test_a_flood_of_client_errors_is_one_line_through_and_one_warning_per_interv
     assert _gauge(runtime.telemetry, "guardrail_kafka_trouble") == 1
     assert _gauge(runtime.telemetry, "guardrail_kafka_unreachable_brokers") == 1
     assert wiring.trouble_now(runtime).startswith("could not reach broker(s) 1")
+
+
+def test_a_runtime_built_again_in_the_process_takes_the_loggers_over(runtime, caplog):
+    caplog.set_level(logging.INFO)
+    client = logging.getLogger("aiokafka")
+    client.error("Unable connect to node with id %s: %s", 1, REFUSED)  # the first one's
+    again = _runtime(30)
+    wiring.register(again)
+    try:
+        client.error("Unable connect to node with id %s: %s", 1, REFUSED)
+        # The new filter's first of its interval passes: the old one no longer decides.
+        assert len([r for r in caplog.records if r.name == "aiokafka"]) == 2
+        assert sum(isinstance(f, wiring.ClientLogFilter) for f in client.filters) == 1
+    finally:
+        for service in again.services:
+            service.uninstall()
 
 
 def test_a_quiet_interval_after_trouble_says_it_is_over_once(runtime, caplog):

@@ -51,15 +51,23 @@ class ClientLogFilter(logging.Filter):
         return self.trouble.note(failure, time.monotonic())
 
     def install(self) -> None:
+        """On every client logger, in place of an earlier runtime's filter (a
+        process runs one worker; an app built again, as in tests, takes over)."""
         for name in CLIENT_LOGGERS:
-            logging.getLogger(name).addFilter(self)  # once: a filter already there is kept
+            logger = logging.getLogger(name)
+            for old in [f for f in logger.filters if isinstance(f, ClientLogFilter)]:
+                logger.removeFilter(old)
+            logger.addFilter(self)
 
     async def start(self) -> None:  # the runtime's service protocol
         self.install()
 
-    async def stop(self) -> None:
+    def uninstall(self) -> None:
         for name in CLIENT_LOGGERS:
             logging.getLogger(name).removeFilter(self)
+
+    async def stop(self) -> None:
+        self.uninstall()
 
 
 def report(runtime: WorkerRuntime, now: float | None = None) -> TroubleReport | None:
