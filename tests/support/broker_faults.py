@@ -31,7 +31,7 @@ from guardrail.local.rule_judge import JudgeServer
 from .faults import _done, _judged, _metric_value, _setup, _window_figures, delivery_figures
 from .harness import StreamEnv, TopicWatcher, poll
 
-__all__ = ["FAULTS", "broker_fault_scenario", "partition_leader", "flow_figures"]
+__all__ = ["FAULTS", "broker_fault_scenario", "flow_figures", "partition_leader"]
 
 #: How long a killed node stays down before it is started again; the pause
 #: outlasts the brokers' session with the controller (9 s) and the worker's
@@ -79,7 +79,7 @@ async def _under_replicated(bootstrap: str) -> int:
     return sum(len(p["isr"]) < len(p["replicas"]) for t in described for p in t["partitions"])
 
 
-def _rolling(cluster: ApacheKafkaCluster, env: StreamEnv) -> dict[str, Any]:
+def _rolling(cluster: ApacheKafkaCluster) -> dict[str, Any]:
     """Every node stopped cleanly and started again, one after another, as an
     upgrade does: the next only once every partition is fully in sync again."""
     waited = []
@@ -93,8 +93,7 @@ def _rolling(cluster: ApacheKafkaCluster, env: StreamEnv) -> dict[str, Any]:
     return {"nodes": list(cluster.nodes), "in_sync_after_s": waited}
 
 
-def _two_down(cluster: ApacheKafkaCluster, env: StreamEnv, watcher: TopicWatcher,
-              web_port: int) -> dict[str, Any]:
+def _two_down(cluster: ApacheKafkaCluster, watcher: TopicWatcher, web_port: int) -> dict[str, Any]:
     """Two of three nodes killed: no quorum, no in-sync pair. The worker must
     wait (no progress, nothing lost), say why (its Kafka trouble report, on
     /metrics too), then go on when one node returns."""
@@ -124,8 +123,8 @@ def _faults(cluster: ApacheKafkaCluster, env: StreamEnv, watcher: TopicWatcher,
             cluster, partition_leader(bootstrap, env.topic("results"))),
         "controller": lambda: _kill_and_restart(cluster, cluster.active_controller() or 1),
         "pause": lambda: _pause(cluster, partition_leader(bootstrap, env.topic("input"))),
-        "rolling": lambda: _rolling(cluster, env),
-        "two_down": lambda: _two_down(cluster, env, watcher, web_port),
+        "rolling": lambda: _rolling(cluster),
+        "two_down": lambda: _two_down(cluster, watcher, web_port),
     }
 
 
