@@ -14,11 +14,13 @@ import gc
 import logging
 import os
 import threading
+from typing import Any
 
 import colorlog
 from faust import Worker
 from mode.utils.futures import maybe_cancel
 from mode.utils.logging import DEFAULT_FORMAT, DefaultFormatter
+from mode.utils.times import want_seconds
 
 from .._litellm import litellm, price_tokens
 from ..judges.cascade import escalation_judge_settings
@@ -155,6 +157,30 @@ def _say_replication(kafka: KafkaSettings, facts: ClusterFacts, planned: list[st
         log.warning("%s", line)
 
 
+def table_changelogs(app: Any) -> dict[str, tuple[int, dict[str, str]]]:
+    """Each table's changelog topic: its partition count and the topic configs
+    Faust would create it with (its ``cleanup.policy`` and ``retention.ms``
+    rule, then the table's own configs).
+
+    The worker creates them before the app starts. A changelog Faust creates
+    itself can be missing from the cluster metadata its group leader reads
+    right after (seen in 1 of 19 worker starts on a three-node cluster): the
+    assignor then leaves it out, and every write to the table fails with
+    ``PartitionsMismatch`` until the next rebalance.
+    """
+    found = {}
+    for table in app.tables.values():
+        topic = table.changelog_topic
+        flags = [flag for flag, on in (("compact", topic.compacting),
+                                       ("delete", topic.deleting)) if on]
+        config = {"cleanup.policy": ",".join(flags)} if flags else {}
+        if topic.retention:
+            config["retention.ms"] = str(int(want_seconds(topic.retention) * 1000))
+        config.update({key: str(value) for key, value in (topic.config or {}).items()})
+        found[table.changelog_topic_name] = (topic.partitions or app.conf.topic_partitions, config)
+    return found
+
+
 def run_worker(runtime: WorkerRuntime, *, loglevel: str = "info") -> None:
     """Create/verify topics, then run the worker in the foreground."""
     settings = runtime.settings
@@ -163,7 +189,9 @@ def run_worker(runtime: WorkerRuntime, *, loglevel: str = "info") -> None:
     internal = {name: settings.kafka.topic_partitions for name, on in (
         (run_spans_topic(settings.kafka.app_id), runs_assembled(settings)),
         (session_turns_topic(settings.kafka.app_id), sessions_assembled(settings))) if on}
-    plan = {**topic_plan(settings.kafka), **internal}
+    changelogs = table_changelogs(runtime.app)
+    plan = {**topic_plan(settings.kafka), **internal,
+            **{name: partitions for name, (partitions, _) in changelogs.items()}}
     # Replication and idempotence from the cluster: before the app starts, which
     # is when Faust declares its changelog topics and starts its producer.
     facts = asyncio.run(cluster_facts(settings.kafka))
@@ -171,7 +199,8 @@ def run_worker(runtime: WorkerRuntime, *, loglevel: str = "info") -> None:
     runtime.app.conf.topic_replication_factor = kafka.topic_replication
     runtime.app.idempotent_producer = bool(kafka.producer_idempotence)
     asyncio.run(ensure_topics(kafka, {**plan, **review}, strict=frozenset(plan),
-                              compacted=frozenset({settings.review.labels_topic} & set(review))))
+                              compacted=frozenset({settings.review.labels_topic} & set(review)),
+                              configs={name: config for name, (_, config) in changelogs.items()}))
     _say_replication(kafka, facts, [*plan, *review])
     log.info("guardrail worker: %s -> %s (dlq %s, alerts %s), judge %s",
              settings.kafka.input_topic, settings.kafka.results_topic, settings.kafka.dlq_topic,

@@ -10,6 +10,7 @@ explicitly, and existing ones that disagree are a clear error::
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.protocol.metadata import MetadataRequest
@@ -88,12 +89,16 @@ def review_topics(kafka: KafkaSettings, review: ReviewSettings) -> dict[str, int
 
 async def ensure_topics(kafka: KafkaSettings, plan: dict[str, int] | None = None,
                         *, strict: frozenset[str] | None = None,
-                        compacted: frozenset[str] = frozenset()) -> dict[str, int]:
+                        compacted: frozenset[str] = frozenset(),
+                        configs: Mapping[str, Mapping[str, str]] | None = None,
+                        ) -> dict[str, int]:
     """Create missing topics; raise :class:`TopicMismatch` where counts disagree,
     :class:`ConfigError` when the brokers cannot be reached (``check_reachable``).
 
     ``strict`` names the topics whose count must match (default: all in the plan);
-    ``compacted`` ones are created with ``cleanup.policy=compact`` (latest per key).
+    ``compacted`` ones are created with ``cleanup.policy=compact`` (latest per key),
+    and ``configs`` gives a topic its own topic configs. Returns once every
+    topic of the plan shows in the cluster's metadata (or after 15 s).
     """
     plan = plan or topic_plan(kafka)
     strict = frozenset(plan) if strict is None else strict
@@ -104,7 +109,8 @@ async def ensure_topics(kafka: KafkaSettings, plan: dict[str, int] | None = None
         replication = kafka.topic_replication or await _default_replication(admin)
         response = await admin.create_topics(
             [NewTopic(name, num_partitions=n, replication_factor=replication,
-                      topic_configs={"cleanup.policy": "compact"} if name in compacted else {})
+                      topic_configs={**({"cleanup.policy": "compact"} if name in compacted
+                                        else {}), **(configs or {}).get(name, {})})
              for name, n in plan.items()])
         for name, code, message in response.topic_errors:
             if code not in (0, _TOPIC_ALREADY_EXISTS):
