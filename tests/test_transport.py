@@ -1,6 +1,7 @@
 """Faust transport corrections: the fetch wait setting, recovery end offsets
-read from a real fetch (Tansu under-reports ListOffsets), no stale acks, and
-offset jumps checked before Faust takes them for gaps."""
+read from a real fetch (Tansu under-reports ListOffsets), records delivered in
+offset order from where the seek put them, and commits only of what was
+processed (guardrail/agents/consumer.py)."""
 
 import asyncio
 
@@ -108,6 +109,7 @@ def _jump_check_consumer(monkeypatch, fetches):
     monkeypatch.setattr(consumer._thread, "seek_in_thread", seek_in_thread, raising=False)
     consumer.callback = on_message
     consumer._sought = {tp}  # already sought to its committed offset (see the hold tests)
+    consumer.app.consumer_generation_id = 0
 
     async def faust_assigned(self, assigned, generation_id=0):  # tables, recovery: not here
         return None
@@ -121,23 +123,31 @@ async def test_records_fetched_before_a_seek_never_make_faust_skip_offsets(monke
     # 3219, while a run fetched from further on (3405..) is still arriving.
     consumer, tp, fetcher, seeks, processed = _jump_check_consumer(
         monkeypatch, [[3405, 3406], [3219, 3220, 3221]])
-    consumer._read_offset[tp] = consumer._committed_offset[tp] = 3219
+    consumer._next[tp] = consumer._base[tp] = 3219
     await consumer._drain_messages(fetcher)
     assert processed == [3219, 3220, 3221]  # nothing skipped, nothing out of order
-    assert not consumer._gap[tp]  # no offset counted as acked without processing
+    assert not consumer._gap[tp]  # no offset counted as done without processing
     assert seeks == [3219]  # read again from the position, in the consumer thread
 
 
 async def test_a_real_gap_is_passed_on_once_checked(monkeypatch):
     # Offsets 12..14 do not exist (compaction, transaction markers): the fetch
-    # after the seek back to 11 shows the same jump, so it is real.
+    # after the seek back to 12 shows the same jump, so it is real.
     consumer, tp, fetcher, seeks, processed = _jump_check_consumer(
-        monkeypatch, [[10, 11], [15, 16], [11, 15, 16]])
-    consumer._committed_offset[tp] = 9
+        monkeypatch, [[10, 11], [15, 16], [15, 16]])
+    consumer._next[tp] = consumer._base[tp] = 10
     await consumer._drain_messages(fetcher)
-    assert processed == [10, 11, 11, 15, 16]  # 11 once more: read again from the position
+    assert processed == [10, 11, 15, 16]  # nothing twice: read again from the next one
     assert [(i.begin, i.end) for i in consumer._gap[tp]] == [(12, 15)]
-    assert seeks == [11]
+    assert seeks == [12]
+
+
+async def test_records_from_before_a_seek_back_are_dropped_not_delivered_twice(monkeypatch):
+    consumer, tp, fetcher, seeks, processed = _jump_check_consumer(
+        monkeypatch, [[10, 11, 12], [11, 12, 13]])
+    consumer._next[tp] = consumer._base[tp] = 10
+    await consumer._drain_messages(fetcher)
+    assert processed == [10, 11, 12, 13] and seeks == []
 
 
 async def test_a_check_made_before_a_new_seek_counts_for_nothing_after_it(monkeypatch):
@@ -145,15 +155,15 @@ async def test_a_check_made_before_a_new_seek_counts_for_nothing_after_it(monkey
     # fetched before that seek can jump from 11 once more: checked again.
     fetches = [[10, 11], [15, 16]]
     consumer, tp, fetcher, seeks, processed = _jump_check_consumer(monkeypatch, fetches)
-    consumer._committed_offset[tp] = 9
+    consumer._next[tp] = consumer._base[tp] = 10
     await consumer._drain_messages(fetcher)
-    assert seeks == [11]
-    monkeypatch.setattr(consumer, "seek_to_committed", lambda: asyncio.sleep(0, {tp: 11}))
+    assert seeks == [12]
+    monkeypatch.setattr(consumer, "seek_to_committed", lambda: asyncio.sleep(0, {tp: 12}))
     await consumer.perform_seek()
     fetches.append([15, 16])
     fetcher._stopped.clear()
     await consumer._drain_messages(fetcher)
-    assert seeks == [11, 11] and processed == [10, 11] and not consumer._gap[tp]
+    assert seeks == [12, 12] and processed == [10, 11] and not consumer._gap[tp]
 
 
 async def test_a_new_partition_is_read_only_from_where_the_seek_put_it(monkeypatch):
@@ -217,11 +227,61 @@ async def test_a_seek_back_for_a_partition_revoked_meanwhile_is_left_out():
     assert seeks == [(TopicPartition("input", 1), 7)]
 
 
-async def test_the_gap_never_counts_the_record_that_is_still_being_processed():
-    consumer, tp = _offline_consumer("gap-check"), TP("input", 0)
-    consumer._committed_offset[tp] = 9
-    # Read 11, then 15 arrives (12..14 do not exist): Faust records the gap.
-    await consumer._add_gap(tp, 12, 15)
-    for offset in (10, 11, 16):  # 16 finished before 15 (agent concurrency)
-        consumer.ack(_message(tp, offset))
-    assert consumer._new_offset(tp) == 15  # not 17: 15 is still being processed
+def _chain_consumer(app_id, base=100):
+    """An offline consumer whose partition's commit chain starts at ``base``,
+    on a topic acked by hand (only records marked processed count)."""
+    consumer, tp = _offline_consumer(app_id), TP("input", 0)
+    consumer.app.consumer_generation_id = 1
+    consumer.app.acked_when_processed.add("input")
+    consumer._base[tp] = consumer._committed_offset[tp] = base
+    return consumer, tp
+
+
+def _processed(consumer, tp, *offsets):
+    messages = [_message(tp, offset, 1) for offset in offsets]
+    consumer.processed(messages)
+    return [consumer.ack(m) for m in messages]
+
+
+def test_a_commit_never_starts_past_an_offset_not_done():
+    # Faust's own check let a run start one past the committed offset.
+    consumer, tp = _chain_consumer("chain-head")
+    _processed(consumer, tp, 101, 102)
+    assert consumer._new_offset(tp) is None  # 100 is still being processed
+    _processed(consumer, tp, 100)
+    assert consumer._new_offset(tp) == 103 and consumer._base[tp] == 103
+
+
+def test_records_faust_skipped_and_acked_are_never_committed():
+    # Flow stopped for a rebalance: Faust's stream skips a record and acks it.
+    consumer, tp = _chain_consumer("skip-ack")
+    assert _processed(consumer, tp, 100) == [True]
+    skipped = _message(tp, 101, 1)
+    assert consumer.ack(skipped) is False and skipped.acked
+    _processed(consumer, tp, 102)
+    assert consumer._new_offset(tp) == 101  # the next owner starts at the skipped one
+
+
+def test_acks_of_a_revoke_phase_continue_the_chain_and_stop_at_the_first_not_done():
+    consumer, tp = _chain_consumer("revoke-phase")
+    _processed(consumer, tp, 100, 101)
+    commits = []
+
+    async def revoke_phase(partitions):  # the app's: agents finish, Faust commits
+        _processed(consumer, tp, 103)  # 102 still being processed
+        commits.append(consumer._new_offset(tp))
+
+    async def revoke():
+        consumer._active_partitions = set()
+        consumer._on_partitions_revoked = revoke_phase
+        await consumer.on_partitions_revoked({tp})
+
+    asyncio.run(revoke())  # Faust forgets the committed offset and the acks first
+    assert commits == [102]  # Faust's would have been 104
+
+
+def test_a_real_gap_counts_as_done_and_the_record_after_it_does_not():
+    consumer, tp = _chain_consumer("gap-check", base=10)
+    consumer._gap[tp].addi(12, 15)  # checked: 12..14 do not exist
+    _processed(consumer, tp, 10, 11, 16)  # 15 still being processed
+    assert consumer._new_offset(tp) == 15

@@ -71,9 +71,12 @@ class OrderedAcker:
     """
 
     def __init__(self, stream: Any, limit: int, publish: Publish,
-                 on_config_error: Callable[[JudgeConfigError], None] | None = None) -> None:
+                 on_config_error: Callable[[JudgeConfigError], None] | None = None,
+                 mark_processed: Callable[[list[Any]], None] | None = None) -> None:
         self._stream = stream
         self._publish = publish
+        #: Told each batch's messages before their acks (``mark_processed_on``).
+        self._mark_processed = mark_processed
         self._on_config_error = on_config_error
         #: Set once a batch failed on the judge's configuration: nothing is acked after.
         self.failed: JudgeConfigError | None = None
@@ -137,6 +140,8 @@ class OrderedAcker:
 
     async def _publish_batch(self, events: list[Any], records: list[Outgoing]) -> None:
         await self._publish(records)
+        if self._mark_processed is not None:
+            self._mark_processed([event.message for event in events])
         for event in events:
             await self._stream.ack(event)
         self._unacked.remove(events)
@@ -252,10 +257,14 @@ def register(runtime: WorkerRuntime) -> None:
         if confirm is not None:
             await confirm()  # type: ignore[operator]
 
+    # Acked by hand once published: the records Faust's stream skips are never committed.
+    mark_processed = app.mark_processed_on(s.kafka.input_topic)
+
     @app.agent(source, name="guardrail.judge", concurrency=1)
     async def judge(stream: Any) -> None:
         acker = OrderedAcker(stream, MAX_INFLIGHT_BATCHES, publish,
-                             on_config_error=runtime.stop_on_config_error)
+                             on_config_error=runtime.stop_on_config_error,
+                             mark_processed=mark_processed)
         try:
             async for events in stream.noack_take(s.worker.batch_size,
                                                   within=s.worker.batch_within):

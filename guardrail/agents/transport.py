@@ -1,4 +1,4 @@
-"""Faust's aiokafka transport with five corrections.
+"""Faust's aiokafka transport with three corrections.
 
 **Fetch wait.** faust-streaming 0.15.3 builds its worker consumer with
 ``fetch_max_wait_ms`` fixed at 1500. Kafka answers a fetch as soon as
@@ -17,39 +17,9 @@ out a few short whenever partitions moved). The high watermark a real fetch
 returns is right on every broker, so the recovery end offsets are taken as
 the larger of the two (on Apache Kafka they are equal).
 
-**No acks from an earlier consumer generation.** A message fetched before a
-rebalance can still be acked after it: Faust itself acks the stale messages
-its streams skip, even on ``noack`` streams. Once the new assignment has
-reset the partition's bookkeeping, such an ack enters the new generation's
-acked offsets, and the commit can move past offsets whose fresh copies are
-not processed yet — a crash then loses them (seen as window counts a few
-short after SIGKILLs). The consumer here drops those acks: after the
-assignment the partition is re-read from its committed offset anyway.
-
-**Nothing read before the seek to the committed offset.** After a
-rebalance Faust resumes the new partitions and only *then* seeks them to
-their committed offsets; in between, records are processed from wherever the
-consumer thread had started. When that was ahead of the committed offset,
-the seek moves the position back and the records in between are read after
-records further on: the window counter takes them for redeliveries (its
-duplicate marks are per-cell high offsets) and never counts them. So the
-records of a newly assigned partition are held back until the seek is done
-and the partition is then read from the position the seek set.
-
-**No skipped offsets after a jump.** Faust tracks the last offset it read per
-partition; a record further on than the next one is taken for a gap (as left
-by compaction or transaction markers): the offsets in between are marked
-acked and, when they arrive later, dropped as already read. Records fetched
-before a seek can arrive after it, from ahead of the new position, and then
-everything in between is committed unprocessed: in the fault suite an input
-partition jumped from 2276 to 2344 after a rebalance and those 68 inputs
-were never judged. So every jump is checked before Faust sees it: the rest
-of that partition's batch is dropped and the partition is sought back to the
-read position, on the consumer's own thread, in turn with its fetches; a
-fetch that starts after that seek reads from the position, so a jump it
-still shows is real and is passed on. A check costs one extra fetch per
-jump. Faust's gap also included the jumped-to record itself while it was
-still being processed; here it ends before it.
+**Commits only of what was processed.** The worker consumer
+(:class:`~guardrail.agents.consumer.ProcessedOnlyConsumer`) replaces Faust's
+offset bookkeeping around rebalances: see its module.
 
 Besides the transport, :class:`GuardrailFaustApp` runs stop hooks after the agents
 and the consumer stopped, before the producer stops (``before_producer_stops``).
@@ -61,7 +31,7 @@ import asyncio
 import logging
 import time
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import aiokafka
@@ -70,6 +40,7 @@ import mode
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from ..kafka.time_offsets import offsets_since
+from .consumer import ProcessedOnlyConsumer
 
 log = logging.getLogger("guardrail.transport")
 
@@ -195,107 +166,9 @@ async def _read_highwaters(probe: aiokafka.AIOKafkaConsumer, wanted: Mapping[Any
     return found
 
 
-class _Consumer(faust_aiokafka.Consumer):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._fetch_round = 0
-        # Partition -> (read position it was sought back to, fetch round then).
-        self._rewound: dict[Any, tuple[int, int]] = {}
-        self._sought: set[Any] = set()  # sought to the committed offset since assigned
-        self._held: dict[Any, int] = {}  # lowest offset held back before that seek
-        self._assignments = 0
-
+class _Consumer(ProcessedOnlyConsumer):
     def _new_consumer_thread(self) -> _ConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
-
-    async def _wait_next_records(self, timeout: float) -> Any:
-        self._fetch_round += 1
-        return await super()._wait_next_records(timeout)
-
-    async def getmany(self, timeout: float) -> AsyncIterator[tuple[Any, Any]]:
-        fetch_round = self._fetch_round + 1  # the round super() starts now
-        rewound_now: set[Any] = set()
-        async for tp, message in super().getmany(timeout):
-            if tp in rewound_now:
-                continue  # the rest of an unchecked run: read again from the position
-            if tp not in self._sought and self.app.topics.acks_enabled_for(message.topic):
-                self._held[tp] = min(message.offset, self._held.get(tp, message.offset))
-                continue  # read again once the partition is sought
-            if self._unchecked_jump(tp, message.offset, message.topic, fetch_round):
-                rewound_now.add(tp)
-                await self._rewind(tp, message.offset, fetch_round)
-                continue
-            yield tp, message
-
-    def _unchecked_jump(self, tp: Any, offset: int, topic: str, fetch_round: int) -> bool:
-        position = self._read_offset.get(tp)
-        # Faust's own gap condition (``Consumer._drain_messages``).
-        if not position or offset <= position + 1 or not self.app.topics.acks_enabled_for(topic):
-            return False
-        # Real when fetched in a later round than the seek back to this position.
-        rewound_to, rewound_in = self._rewound.get(tp, (None, fetch_round))
-        return not (rewound_to == position and rewound_in < fetch_round)
-
-    async def _rewind(self, tp: Any, offset: int, fetch_round: int) -> None:
-        position = self._read_offset[tp]
-        log.warning("%s[%d]: got offset %d while at %d; reading again from %d",
-                    tp.topic, tp.partition, offset, position, position)
-        self._rewound[tp] = (position, fetch_round)
-        await self._thread.seek_in_thread(tp, position)
-
-    async def _add_gap(self, tp: Any, offset_from: int, offset_to: int) -> None:
-        # Faust passes the arriving record as ``offset_to`` and fills it too.
-        await super()._add_gap(tp, offset_from, offset_to - 1)
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        self._unseek()
-        await super().on_partitions_revoked(revoked)
-
-    async def on_partitions_assigned(self, assigned: Any, generation_id: int = 0) -> None:
-        self._unseek()
-        await super().on_partitions_assigned(assigned, generation_id)
-
-    def _unseek(self) -> None:
-        self._assignments += 1
-        self._sought.clear()
-        self._held.clear()
-
-    async def perform_seek(self) -> None:
-        assignments = self._assignments
-        try:
-            await super().perform_seek()
-        finally:  # a check made before or while it ran proves nothing after it
-            self._rewound.clear()
-        if assignments == self._assignments:  # else the next assignment seeks again
-            self._sought.update(self._read_offset)  # every partition it sought
-            await self._release_held()
-
-    async def _release_held(self) -> None:
-        """Read the records held back before the seek again: from the position
-        the seek set, or (no committed offset) from the first one held."""
-        held, self._held = self._held, {}
-        for tp, first_held in held.items():
-            position = self._read_offset.get(tp)
-            await self._thread.seek_in_thread(tp, first_held if position is None else position)
-
-    async def seek(self, partition: Any, offset: int) -> None:
-        self._rewound.pop(partition, None)
-        await super().seek(partition, offset)
-
-    def forget(self, messages: Iterable[Any]) -> None:
-        """Stop tracking messages an agent abandoned unacked on its way out, so
-        the stop does not wait for them (Faust's ``wait_empty`` would, until
-        killed). Their offsets are not committed: they are redelivered."""
-        for message in messages:
-            self._unacked_messages.discard(message)
-
-    def ack(self, message: Any) -> bool:
-        if message.generation_id != self.app.consumer_generation_id:
-            # Stale (see module doc): never part of this generation's commits.
-            message.acked = True
-            self._unacked_messages.discard(message)
-            return False
-        return super().ack(message)
 
 
 class Producer(faust_aiokafka.Producer):  # named as Faust's: its log lines say "Producer"
@@ -348,10 +221,19 @@ class GuardrailFaustApp(faust.App):
         #: Changelog topic -> seconds back from now where its table's recovery
         #: may start (see ``_ConsumerThread.earliest_offsets``).
         self.changelog_horizons: dict[str, float] = {}
+        #: Topics whose agent acks a record only once processed (``mark_processed_on``).
+        self.acked_when_processed: set[str] = set()
         self._stop_hooks: list[StopHook] = []
         self._start_hooks: list[StopHook] = []
         self._started_early: list[asyncio.Future[None]] = []
         super().__init__(*args, **kwargs)
+
+    def mark_processed_on(self, topic: str) -> Callable[[Iterable[Any]], None]:
+        """Count acks on ``topic`` only for records marked processed, and return
+        the marker (``mark(messages)``): for an agent that acks by hand, so the
+        records Faust's stream skips and acks are never committed."""
+        self.acked_when_processed.add(topic)
+        return lambda messages: self.consumer.processed(messages)
 
     def on_app_start(self, hook: StopHook) -> None:
         """Run ``hook()`` as a background task as soon as the app starts, before

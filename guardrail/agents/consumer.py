@@ -1,0 +1,234 @@
+"""Faust's worker consumer, made to commit only what was processed.
+
+Faust-streaming 0.15.3 decides what to commit from the offsets its streams
+ack, with a gap list for offsets it thinks do not exist. Around rebalances
+that bookkeeping can move the committed offset past records nobody judged,
+and a partition's next owner then starts after them (the cluster bench lost
+78 and 86 inputs this way, the embedded broker one). This consumer keeps one
+invariant instead: **a partition's commit only ever passes offsets this
+worker processed in this assignment, or offsets proven not to exist.**
+
+**A chain from the committed offset.** Each assigned partition has a *base*:
+the offset its next commit must start at, read from the broker when the
+partition is sought to its committed offset, then moved by each commit. A
+commit takes the run of consecutive acked offsets starting exactly at the
+base; anything else waits. Faust's own check let a run start one past its
+committed offset, and none at all while a revoked partition's committed
+offset was forgotten; acks from a revoke phase now continue the chain.
+
+**Acks only for processed records.** Faust acks the records its streams skip
+(flow stopped for a rebalance or a stop, or an earlier generation), like
+processed ones. On a topic whose agent acks by hand
+(``GuardrailFaustApp.mark_processed_on``), an ack counts only for a
+record the agent marked processed; acks of an earlier consumer generation
+never count (after the assignment the partition is read again from its
+committed offset anyway).
+
+**Records in offset order, from where the seek put them.** After a rebalance
+Faust resumes partitions before it seeks them to their committed offsets, and
+records fetched before a seek can arrive after it. So a partition's records
+are held back until its seek is done and then read again from the position
+the seek set; a record behind the next expected offset is dropped (read
+before a seek back); one further on is a *jump*: the partition is sought back
+to the next expected offset, on the consumer's own thread in turn with its
+fetches, and the rest of its batch dropped. A fetch that starts after that
+seek and still jumps shows a real gap (compaction, transaction markers): its
+offsets count as done. Faust's own gap logic never runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.utils.functional import consecutive_numbers
+
+log = logging.getLogger("guardrail.transport")
+
+__all__ = ["ProcessedOnlyConsumer"]
+
+_DELIVER, _DROP, _REWOUND = object(), object(), object()
+
+
+class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
+    """Faust's aiokafka consumer keeping the invariant of the module doc."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._fetch_round = 0
+        # Partition -> (offset it was sought back to, fetch round then).
+        self._rewound: dict[Any, tuple[int, int]] = {}
+        self._sought: set[Any] = set()  # sought to the committed offset since assigned
+        self._held: dict[Any, int] = {}  # lowest offset held back before that seek
+        self._next: dict[Any, int | None] = {}  # next offset to deliver, per partition
+        self._base: dict[Any, int] = {}  # where the next commit must start
+        self._processed: set[tuple[Any, int, int]] = set()  # (tp, offset, generation)
+        self._assignments = 0
+
+    async def _wait_next_records(self, timeout: float) -> Any:
+        self._fetch_round += 1
+        return await super()._wait_next_records(timeout)
+
+    async def getmany(self, timeout: float) -> AsyncIterator[tuple[Any, Any]]:
+        fetch_round = self._fetch_round + 1  # the round super() starts now
+        rewound_now: set[Any] = set()
+        async for tp, message in super().getmany(timeout):
+            if not self.app.topics.acks_enabled_for(message.topic):
+                yield tp, message
+            elif tp in rewound_now:
+                continue  # the rest of an unchecked run: read again from the position
+            elif tp not in self._sought:
+                self._held[tp] = min(message.offset, self._held.get(tp, message.offset))
+            else:
+                verdict = await self._place(tp, message.offset, fetch_round)
+                if verdict is _DELIVER:
+                    # Faust's drain then neither drops it nor records a gap of its own.
+                    self._read_offset[tp] = None
+                    yield tp, message
+                elif verdict is _REWOUND:
+                    rewound_now.add(tp)
+
+    async def _place(self, tp: Any, offset: int, fetch_round: int) -> object:
+        """Deliver the record at ``offset`` (the partition's next one, or the
+        first after a real gap; the position moves past it), drop it (read
+        before a seek back: delivered already or still to come), or seek back
+        (an unchecked jump)."""
+        expected = self._next.get(tp)
+        if expected is None:  # no committed offset: the chain starts here
+            self._base.setdefault(tp, offset)
+        elif offset < expected:
+            return _DROP
+        elif offset > expected:
+            rewound_to, rewound_in = self._rewound.get(tp, (None, fetch_round))
+            if not (rewound_to == expected and rewound_in < fetch_round):
+                log.warning("%s[%d]: got offset %d while at %d; reading again from %d",
+                            tp.topic, tp.partition, offset, expected, expected)
+                self._rewound[tp] = (expected, fetch_round)
+                await self._thread.seek_in_thread(tp, expected)
+                return _REWOUND
+            self._gap[tp].addi(expected, offset)  # real: these offsets do not exist
+        self._next[tp] = offset + 1
+        return _DELIVER
+
+    async def _add_gap(self, tp: Any, offset_from: int, offset_to: int) -> None:
+        """Faust's own gaps are never recorded: :meth:`_place` records the real ones."""
+
+    def _new_offset(self, tp: Any) -> int | None:
+        base, acked = self._base.get(tp), self._acked[tp]
+        if base is None or not acked:
+            return None
+        gap = self._gap[tp]
+        if gap:  # offsets that do not exist count as done
+            end = max(acked) + 1
+            acked.extend(o for iv in gap.overlap(base, end)
+                         for o in range(max(iv.begin, base), min(iv.end, end)))
+            gap.chop(0, end)
+        acked[:] = sorted({o for o in acked if o >= base})
+        index = self._acked_index[tp]
+        index.intersection_update(acked)
+        if not acked or acked[0] != base:
+            return None  # the base itself is not done: nothing after it may be committed
+        run = next(consecutive_numbers(acked))
+        del acked[:len(run)]
+        index.difference_update(run)
+        self._base[tp] = run[-1] + 1
+        return run[-1] + 1
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        # Faust forgets the revoked partitions' acks, then runs the app's revoke
+        # phase, in which the agents finish and ack what they hold and Faust
+        # commits it. Those commits continue the chain, so the acks made so far
+        # are put back before that phase starts.
+        kept = {tp: (self._acked[tp], self._acked_index[tp], self._gap[tp])
+                for tp in revoked if tp in self._acked}
+        self._unseek()
+        revoke_phase = self._on_partitions_revoked
+
+        async def acks_kept_then_revoke_phase(partitions: Any) -> None:
+            for tp, (acked, index, gap) in kept.items():
+                self._acked[tp], self._acked_index[tp], self._gap[tp] = acked, index, gap
+            await revoke_phase(partitions)
+
+        self._on_partitions_revoked = acks_kept_then_revoke_phase
+        try:
+            await super().on_partitions_revoked(revoked)
+        finally:
+            self._on_partitions_revoked = revoke_phase
+
+    async def on_partitions_assigned(self, assigned: Any, generation_id: int = 0) -> None:
+        self._unseek()
+        self._base.clear()  # read again from the committed offsets of this assignment
+        self._processed.clear()
+        for tp in [tp for tp in self._acked if tp not in assigned]:
+            for table in (self._acked, self._acked_index, self._gap):
+                table.pop(tp, None)
+        await super().on_partitions_assigned(assigned, generation_id)
+
+    def _unseek(self) -> None:
+        self._assignments += 1
+        self._sought.clear()
+        self._held.clear()
+        self._next.clear()
+
+    async def perform_seek(self) -> None:
+        """Faust's seek to the committed offsets, then the chain's base and the
+        position per partition, and the held records read again."""
+        assignments = self._assignments
+        try:
+            committed = await self.seek_to_committed()
+        finally:  # a check made before or while it ran proves nothing after it
+            self._rewound.clear()
+        # Faust's own bookkeeping, as its perform_seek keeps it.
+        self._read_offset.update({tp: o if o is not None and o >= 0 else None
+                                  for tp, o in committed.items()})
+        self._committed_offset.update({tp: o if o else None
+                                       for tp, o in committed.items() if o is not None})
+        if assignments != self._assignments:
+            return  # a new assignment came meanwhile: its recovery seeks again
+        for tp, offset in committed.items():
+            position = offset if offset is not None and offset >= 0 else None
+            self._next[tp] = position
+            if position is not None:
+                # Kept if known: a seek during a revoke phase can read an
+                # offset older than the commits made while it ran.
+                self._base.setdefault(tp, position)
+        self._sought.update(committed)
+        await self._release_held()
+
+    async def _release_held(self) -> None:
+        """Read the records held back before the seek again: from the position
+        the seek set, or (no committed offset) from the first one held."""
+        held, self._held = self._held, {}
+        for tp, first_held in held.items():
+            position = self._next.get(tp)
+            await self._thread.seek_in_thread(tp, first_held if position is None else position)
+
+    async def seek(self, partition: Any, offset: int) -> None:
+        self._rewound.pop(partition, None)
+        await super().seek(partition, offset)
+        self._next[partition] = offset
+
+    def processed(self, messages: Iterable[Any]) -> None:
+        """Mark records as processed: on a topic of
+        ``GuardrailFaustApp.mark_processed_on``, only their acks count."""
+        self._processed.update((m.tp, m.offset, m.generation_id) for m in messages)
+
+    def forget(self, messages: Iterable[Any]) -> None:
+        """Stop tracking messages an agent abandoned unacked on its way out, so
+        the stop does not wait for them (Faust's ``wait_empty`` would, until
+        killed). Their offsets are not committed: they are redelivered."""
+        for message in messages:
+            self._unacked_messages.discard(message)
+
+    def ack(self, message: Any) -> bool:
+        key = (message.tp, message.offset, message.generation_id)
+        if message.generation_id != self.app.consumer_generation_id or (
+                message.topic in self.app.acked_when_processed and key not in self._processed):
+            # Stale, or skipped by Faust's stream: never part of a commit.
+            message.acked = True
+            self._unacked_messages.discard(message)
+            return False
+        self._processed.discard(key)
+        return super().ack(message)
