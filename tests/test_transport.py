@@ -195,6 +195,40 @@ async def test_a_partition_without_a_committed_offset_is_read_from_its_first_hel
     assert processed == [] and seeks == [0]
 
 
+async def test_a_partition_without_a_committed_offset_starts_at_its_first_offset(monkeypatch):
+    # Faust dropped records 0..76 it had fetched (the partition was paused or
+    # changed hands meanwhile): the client's position is 77, and no committed
+    # offset says where to start. The first offset does.
+    fetches = [[77, 78], [0, 1]]
+    consumer, tp, fetcher, seeks, processed = _jump_check_consumer(monkeypatch, fetches)
+    await consumer.on_partitions_assigned(set(), 1)
+    monkeypatch.setattr(consumer, "seek_to_committed", lambda: asyncio.sleep(0, {tp: None}))
+    monkeypatch.setattr(consumer, "earliest_offsets", lambda *tps: asyncio.sleep(0, {tp: 0}))
+    await consumer.perform_seek()
+    assert seeks == [0] and consumer._next[tp] == 0 and consumer._base[tp] == 0
+    await consumer._drain_messages(fetcher)
+    assert processed == [0, 1] and seeks == [0, 0]  # 77 was a jump: read again from 0
+
+
+async def test_a_partition_given_back_is_read_from_what_its_revoke_phase_did_not_process(
+        monkeypatch):
+    # Judged and acked during the revoke phase, not committed before the
+    # rejoin: 260..270 are committed now, and read again from 271, not 260.
+    consumer, tp, fetcher, seeks, processed = _jump_check_consumer(monkeypatch, [[271, 272]])
+    consumer.app.acked_when_processed.add(tp.topic)
+    consumer.app.consumer_generation_id = 3
+    consumer._base[tp] = 260
+    _processed_in(consumer, tp, 3, *range(260, 271))
+    await consumer.on_partitions_assigned({tp}, 4)
+    consumer.app.consumer_generation_id = 4
+    monkeypatch.setattr(consumer, "seek_to_committed", lambda: asyncio.sleep(0, {tp: 260}))
+    await consumer.perform_seek()
+    assert seeks == [271] and consumer._base[tp] == 260
+    assert consumer._new_offset(tp) == 271
+    await consumer._drain_messages(fetcher)
+    assert processed == [271, 272]
+
+
 async def test_a_seek_interrupted_by_a_new_assignment_releases_nothing(monkeypatch):
     fetches = [[2344]]
     consumer, tp, fetcher, seeks, processed = _jump_check_consumer(monkeypatch, fetches)
@@ -238,7 +272,11 @@ def _chain_consumer(app_id, base=100):
 
 
 def _processed(consumer, tp, *offsets):
-    messages = [_message(tp, offset, 1) for offset in offsets]
+    return _processed_in(consumer, tp, 1, *offsets)
+
+
+def _processed_in(consumer, tp, generation, *offsets):
+    messages = [_message(tp, offset, generation) for offset in offsets]
     consumer.processed(messages)
     return [consumer.ack(m) for m in messages]
 

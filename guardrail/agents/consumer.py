@@ -10,7 +10,8 @@ worker processed in this assignment, or offsets proven not to exist.**
 
 **A chain from the committed offset.** Each assigned partition has a *base*:
 the offset its next commit must start at, read from the broker when the
-partition is sought to its committed offset, then moved by each commit. A
+partition is sought to its committed offset (a partition without one starts
+at its first offset), then moved by each commit. A
 commit takes the run of consecutive acked offsets starting exactly at the
 base; anything else waits. Faust's own check let a run start one past its
 committed offset, and none at all while a revoked partition's committed
@@ -28,7 +29,8 @@ committed offset anyway).
 Faust resumes partitions before it seeks them to their committed offsets, and
 records fetched before a seek can arrive after it. So a partition's records
 are held back until its seek is done and then read again from the position
-the seek set; a record behind the next expected offset is dropped (read
+the seek set (past what this worker processed in the revoke phase and has
+not committed yet, on a topic acked by hand); a record behind the next expected offset is dropped (read
 before a seek back); one further on is a *jump*: the partition is sought back
 to the next expected offset, on the consumer's own thread in turn with its
 fetches, and the rest of its batch dropped. A fetch that starts after that
@@ -178,6 +180,8 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
         assignments = self._assignments
         try:
             committed = await self.seek_to_committed()
+            starts = await self._starts_without_commit(
+                [tp for tp, o in committed.items() if o is None or o < 0])
         finally:  # a check made before or while it ran proves nothing after it
             self._rewound.clear()
         # Faust's own bookkeeping, as its perform_seek keeps it.
@@ -187,15 +191,53 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
                                        for tp, o in committed.items() if o is not None})
         if assignments != self._assignments:
             return  # a new assignment came meanwhile: its recovery seeks again
+        moves = dict(starts)
         for tp, offset in committed.items():
-            position = offset if offset is not None and offset >= 0 else None
-            self._next[tp] = position
+            position = offset if offset is not None and offset >= 0 else starts.get(tp)
             if position is not None:
                 # Kept if known: a seek during a revoke phase can read an
                 # offset older than the commits made while it ran.
                 self._base.setdefault(tp, position)
+                done = self._processed_from(tp, position)
+                if done != position:
+                    moves[tp] = position = done
+            self._next[tp] = position
+        for tp, position in moves.items():
+            await self._thread.seek_in_thread(tp, position)
         self._sought.update(committed)
         await self._release_held()
+
+    def _processed_from(self, tp: Any, position: int) -> int:
+        """The first offset from ``position`` on that this worker has not
+        processed: a partition given back to it after a rebalance need not be
+        judged again where its acks of the revoke phase were not committed
+        yet (they will be: the chain starts at ``position``). Only on topics
+        acked by hand, where an ack means processed."""
+        if tp.topic not in self.app.acked_when_processed:
+            return position
+        done, gap = set(self._acked.get(tp, ())), self._gap.get(tp)
+        while position in done or (gap is not None and gap.overlaps(position)):
+            position += 1
+        return position
+
+    async def _starts_without_commit(self, partitions: list[Any]) -> dict[Any, int]:
+        """Where partitions without a committed offset start: their first
+        offset (the app reads from the earliest). Faust drops records it
+        fetched for a partition that was paused or changed hands meanwhile,
+        and the client's position has moved past them; without a committed
+        offset to seek to, the first record delivered would set where the
+        chain starts, and the dropped ones would never be judged (seen: a
+        partition's first 77 records, on the three-node cluster)."""
+        wanted = [tp for tp in partitions if self.app.topics.acks_enabled_for(tp.topic)]
+        if not wanted or self.app.conf.consumer_auto_offset_reset != "earliest":
+            return {}
+        try:
+            found = await self.earliest_offsets(*wanted)
+        except Exception as exc:  # the client's own position is then the start
+            log.warning("could not read where %d partition(s) without a committed offset "
+                        "start (%s)", len(wanted), exc)
+            return {}
+        return {tp: offset for tp, offset in found.items() if offset is not None}
 
     async def _release_held(self) -> None:
         """Read the records held back before the seek again: from the position

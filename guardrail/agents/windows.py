@@ -187,6 +187,9 @@ def register(runtime: GuardrailApp) -> None:
     app.changelog_horizons[changelog_topic(s.kafka.app_id)] = horizon
     unknown = UnknownRecords(runtime.telemetry, "judgments")
 
+    # Acked by hand once counted: the records Faust's stream skips are never committed.
+    mark_counted = app.mark_processed_on(s.kafka.judgments_topic)
+
     # Writes tables, so concurrency stays 1 (faust-streaming caveat).
     @app.agent(topic, name="guardrail.windows", concurrency=1)
     async def count(stream: Any) -> None:
@@ -203,6 +206,7 @@ def register(runtime: GuardrailApp) -> None:
             # commits on stop/rebalance before it flushes its producer buffer,
             # which would lose counts the next owner never recovers.
             await table.confirm_changelog()
+            mark_counted([event.message for event in events if not _stale(app, event)])
             for event in events:
                 await stream.ack(event)
 
