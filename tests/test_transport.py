@@ -300,6 +300,25 @@ def test_records_faust_skipped_and_acked_are_never_committed():
     assert consumer._new_offset(tp) == 101  # the next owner starts at the skipped one
 
 
+def test_a_record_skipped_while_reading_is_read_again_from_its_offset():
+    # Read up to 105; Faust's stream skipped 102 and acked it unprocessed.
+    consumer, tp = _chain_consumer("skip-read-again")
+    seeks = []
+
+    async def seek_in_thread(tp_, offset):
+        seeks.append(offset)
+
+    consumer._thread.seek_in_thread = seek_in_thread
+    consumer._sought, consumer._next[tp] = {tp}, 106
+
+    async def skip():
+        assert consumer.ack(_message(tp, 102, 1)) is False
+        await asyncio.sleep(0)
+
+    asyncio.run(skip())
+    assert consumer._next[tp] == 102 and seeks == [102]
+
+
 def test_acks_of_a_revoke_phase_continue_the_chain_and_stop_at_the_first_not_done():
     consumer, tp = _chain_consumer("revoke-phase")
     _processed(consumer, tp, 100, 101)

@@ -20,10 +20,10 @@ offset was forgotten; acks from a revoke phase now continue the chain.
 **Acks only for processed records.** Faust acks the records its streams skip
 (flow stopped for a rebalance or a stop, or an earlier generation), like
 processed ones. On a topic whose agent acks by hand
-(``GuardrailFaustApp.mark_processed_on``), an ack counts only for a
-record the agent marked processed; acks of an earlier consumer generation
-never count (after the assignment the partition is read again from its
-committed offset anyway).
+(``GuardrailFaustApp.mark_processed_on``), an ack counts only for a record
+the agent marked processed, and a skipped record of the current assignment is
+read again; acks of an earlier consumer generation never count (after the
+assignment the partition is read again from its committed offset anyway).
 
 **Records in offset order, from where the seek put them.** After a rebalance
 Faust resumes partitions before it seeks them to their committed offsets, and
@@ -40,6 +40,7 @@ offsets count as done. Faust's own gap logic never runs.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
@@ -67,6 +68,7 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
         self._next: dict[Any, int | None] = {}  # next offset to deliver, per partition
         self._base: dict[Any, int] = {}  # where the next commit must start
         self._processed: set[tuple[Any, int, int]] = set()  # (tp, offset, generation)
+        self._seeks: set[asyncio.Future[None]] = set()  # seeks back started from ack()
         self._assignments = 0
 
     async def _wait_next_records(self, timeout: float) -> Any:
@@ -266,11 +268,30 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
 
     def ack(self, message: Any) -> bool:
         key = (message.tp, message.offset, message.generation_id)
-        if message.generation_id != self.app.consumer_generation_id or (
-                message.topic in self.app.acked_when_processed and key not in self._processed):
+        stale = message.generation_id != self.app.consumer_generation_id
+        if stale or (message.topic in self.app.acked_when_processed
+                     and key not in self._processed):
             # Stale, or skipped by Faust's stream: never part of a commit.
             message.acked = True
             self._unacked_messages.discard(message)
+            if not stale:
+                self._read_again(message.tp, message.offset)
             return False
         self._processed.discard(key)
         return super().ack(message)
+
+    def _read_again(self, tp: Any, offset: int) -> None:
+        """Deliver a record Faust's stream skipped once more: its commit chain
+        stops there until it is processed (records after it already delivered
+        come again, and are judged again). Outside an assignment's reading
+        (a revoke phase) the next assignment reads it from the committed offset."""
+        expected = self._next.get(tp)
+        if tp not in self._sought or expected is None or offset >= expected:
+            return
+        log.info("%s[%d]: offset %d was skipped unprocessed; reading again from it",
+                 tp.topic, tp.partition, offset)
+        self._next[tp] = offset
+        self._rewound.pop(tp, None)
+        task = asyncio.ensure_future(self._thread.seek_in_thread(tp, offset))
+        self._seeks.add(task)
+        task.add_done_callback(self._seeks.discard)
