@@ -116,6 +116,25 @@ def kafka_bootstrap(request):
     return request.getfixturevalue(f"{kind}_kafka_bootstrap")
 
 
+#: Test files that take a minute or more of a test process, longest first
+#: (``python -m pytest --durations=0``, summed per file, on 2 cores). xdist's
+#: ``loadfile`` hands files to the three test processes in collection order
+#: (``--no-loadscope-reorder`` in pyproject's addopts: its own reorder puts
+#: the files with the most tests first, which left these few-test long ones for
+#: the end, where the suite then waited on one of them). Others follow by name.
+LONG_FILES_FIRST = (
+    "test_docs_examples.py", "test_faults.py", "test_local_model.py", "test_cli.py",
+    "test_stop.py", "test_cluster_replication.py", "test_stream.py",
+    "test_agent_runs_stream.py", "test_changelog_start.py", "test_sampling_stream.py",
+    "test_sessions_stream.py", "test_kafka_security.py", "test_otlp_stream.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: place for place, name in enumerate(LONG_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def pytest_generate_tests(metafunc):
     if (metafunc.definition.get_closest_marker("both_brokers")
             and "kafka_bootstrap" in metafunc.fixturenames):

@@ -69,10 +69,10 @@ nexagauge estimate redteam \\
 
 
 def test_estimate_equals_token_count_of_the_one_rendered_prompt(workdir, server):
-    proc = _bash("nexagauge estimate redteam --input sample.json --json "
-                 "--model openai/gpt-4o-mini", workdir, _env(server))
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout)
+    run = _estimate_here(workdir, server, "--json", "--model", "openai/gpt-4o-mini",
+                         input_name="sample.json")
+    assert run.exit_code == 0, run.output
+    report = json.loads(run.stdout)
     case = Case.model_validate(SAMPLE)
     prompt = render_group_prompt(default_metrics(), case, scoring_mode="binary_yes_no",
                                  include_reasoning=False,
@@ -90,11 +90,10 @@ def test_estimate_equals_token_count_of_the_one_rendered_prompt(workdir, server)
 
 
 def test_estimate_per_metric_equals_token_count_of_rendered_prompts(workdir, server):
-    proc = _bash("nexagauge estimate redteam --input sample.json --json "
-                 "--model openai/gpt-4o-mini", workdir,
-                 _env(server, GUARDRAIL_JUDGE_CALLS="per_metric"))
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout)
+    run = _estimate_here(workdir, server, "--json", "--model", "openai/gpt-4o-mini",
+                         input_name="sample.json", GUARDRAIL_JUDGE_CALLS="per_metric")
+    assert run.exit_code == 0, run.output
+    report = json.loads(run.stdout)
     case = Case.model_validate(SAMPLE)
     expected = sum(
         count_message_tokens("openai/gpt-4o-mini", list(render_prompt(
@@ -111,10 +110,10 @@ def test_estimate_gives_the_cascade_ceiling_priced_for_the_escalation_model(work
     lines = [json.dumps({"case_id": f"c{i}", "output": f"answer number {i}"}) for i in range(4)]
     (workdir / "cases.jsonl").write_text("\n".join(lines))
     cascade = {"GUARDRAIL_ESCALATE_MODEL": "openai/gpt-4o", "GUARDRAIL_ESCALATE_BAND": "0.3,0.7"}
-    proc = _bash("guardrail estimate redteam --input cases.jsonl --json --sample-rate 0.5 "
-                 "--model openai/gpt-4o-mini", workdir, _env(server, **cascade))
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout)
+    run = _estimate_here(workdir, server, "--json", "--sample-rate", "0.5",
+                         "--model", "openai/gpt-4o-mini", **cascade)
+    assert run.exit_code == 0, run.output
+    report = json.loads(run.stdout)
     expected = 0
     for line in lines:
         case = Case.model_validate_json(line)
@@ -382,7 +381,7 @@ def test_a_broker_that_never_answers_gives_up_after_bootstrap_timeout(workdir, s
     assert 2 <= took < 2 + 8  # the timeout, plus the command's start-up
 
 
-def _estimate_here(workdir, server, *args, **env):
+def _estimate_here(workdir, server, *args, input_name="cases.jsonl", **env):
     """``guardrail estimate redteam`` in this process (no interpreter start and
     litellm import per call), with the environment ``_env`` gives a subprocess."""
     from click.testing import CliRunner
@@ -391,7 +390,7 @@ def _estimate_here(workdir, server, *args, **env):
 
     settings = {k: v for k, v in _env(server, **env).items() if k.startswith("GUARDRAIL_")}
     return CliRunner().invoke(cli, ["estimate", "redteam", "--input",
-                                    str(workdir / "cases.jsonl"), *args], env=settings)
+                                    str(workdir / input_name), *args], env=settings)
 
 
 def test_estimate_sample_rate_multiplies_calls_and_cost(workdir, server):
@@ -430,13 +429,12 @@ def test_estimate_warns_when_a_case_exceeds_the_context_window(workdir, server):
     lines = [json.dumps({"case_id": "huge", "output": huge}),
              json.dumps({"case_id": "small", "output": "a short answer"})]
     (workdir / "cases.jsonl").write_text("\n".join(lines))
-    proc = _bash("guardrail estimate redteam --input cases.jsonl --json "
-                 "--model openai/gpt-4o-mini", workdir, _env(server))
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout)
+    run = _estimate_here(workdir, server, "--json", "--model", "openai/gpt-4o-mini")
+    assert run.exit_code == 0, run.output
+    report = json.loads(run.stdout)
     huge_row, small_row = report["cases"]
     assert huge_row["skipped"].startswith("exceeds the judge's context window")
     assert "128,000" in huge_row["skipped"] and huge_row["input_tokens"] == 0
     assert report["cost"]["input_tokens"] == small_row["input_tokens"] < 1000  # not priced
     assert report["warnings"] == [f"case huge: {huge_row['skipped']}"]
-    assert "warning: case huge: exceeds the judge's context window" in proc.stderr
+    assert "warning: case huge: exceeds the judge's context window" in run.stderr

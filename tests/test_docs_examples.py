@@ -15,9 +15,9 @@ BLOCKS = {str(page.relative_to(ROOT)): command_blocks(page) for page in doc_page
 RUNNABLE = {page: blocks for page, blocks in BLOCKS.items()
             if any(b.skip_reason is None for b in blocks)}
 #: Pages run side by side: most of a page's time is spent waiting (a worker
-#: joining its group, a tail waiting for results). Two, since the suite's other
-#: test process runs beside them on 2 cores.
-PAGES_AT_ONCE = 2
+#: joining its group, a tail waiting for results), so three at once beside the
+#: suite's other test processes on 2 cores (two took about 300 s in all).
+PAGES_AT_ONCE = 3
 #: Programs some pages call that the system, not the venv, provides (.ci/run
 #: installs them from Debian when it can); a page that needs a missing one skips.
 SYSTEM_TOOLS = ("curl", "htpasswd", "promtool")
