@@ -195,21 +195,6 @@ async def test_a_partition_without_a_committed_offset_is_read_from_its_first_hel
     assert processed == [] and seeks == [0]
 
 
-async def test_a_partition_without_a_committed_offset_starts_at_its_first_offset(monkeypatch):
-    # Faust dropped records 0..76 it had fetched (the partition was paused or
-    # changed hands meanwhile): the client's position is 77, and no committed
-    # offset says where to start. The first offset does.
-    fetches = [[77, 78], [0, 1]]
-    consumer, tp, fetcher, seeks, processed = _jump_check_consumer(monkeypatch, fetches)
-    await consumer.on_partitions_assigned(set(), 1)
-    monkeypatch.setattr(consumer, "seek_to_committed", lambda: asyncio.sleep(0, {tp: None}))
-    monkeypatch.setattr(consumer, "earliest_offsets", lambda *tps: asyncio.sleep(0, {tp: 0}))
-    await consumer.perform_seek()
-    assert seeks == [0] and consumer._next[tp] == 0 and consumer._base[tp] == 0
-    await consumer._drain_messages(fetcher)
-    assert processed == [0, 1] and seeks == [0, 0]  # 77 was a jump: read again from 0
-
-
 async def test_a_partition_given_back_is_read_from_what_its_revoke_phase_did_not_process(
         monkeypatch):
     # Judged and acked during the revoke phase, not committed before the

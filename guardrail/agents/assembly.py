@@ -269,13 +269,10 @@ def register_assembly(runtime: WorkerRuntime, gathering: Gathering[Any], *, topi
         if confirm is not None:
             await confirm()  # type: ignore[operator]
 
-    mark_processed = app.mark_processed_on(topic_name)
-
     @app.agent(source, name=agent_name, concurrency=1)
     async def assemble(stream: Any) -> None:
         acker = OrderedAcker(stream, MAX_INFLIGHT_BATCHES, publish,
-                             on_config_error=runtime.stop_on_config_error,
-                             mark_processed=mark_processed)
+                             on_config_error=runtime.stop_on_config_error)
         try:
             async for events in stream.noack_take(BATCH, within=0.05):
                 due = []

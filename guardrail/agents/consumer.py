@@ -11,7 +11,7 @@ worker processed in this assignment, or offsets proven not to exist.**
 **A chain from the committed offset.** Each assigned partition has a *base*:
 the offset its next commit must start at, read from the broker when the
 partition is sought to its committed offset (a partition without one starts
-at its first offset), then moved by each commit. A
+at the first record delivered), then moved by each commit. A
 commit takes the run of consecutive acked offsets starting exactly at the
 base; anything else waits. Faust's own check let a run start one past its
 committed offset, and none at all while a revoked partition's committed
@@ -182,8 +182,6 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
         assignments = self._assignments
         try:
             committed = await self.seek_to_committed()
-            starts = await self._starts_without_commit(
-                [tp for tp, o in committed.items() if o is None or o < 0])
         finally:  # a check made before or while it ran proves nothing after it
             self._rewound.clear()
         # Faust's own bookkeeping, as its perform_seek keeps it.
@@ -193,9 +191,9 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
                                        for tp, o in committed.items() if o is not None})
         if assignments != self._assignments:
             return  # a new assignment came meanwhile: its recovery seeks again
-        moves = dict(starts)
+        moves = {}
         for tp, offset in committed.items():
-            position = offset if offset is not None and offset >= 0 else starts.get(tp)
+            position = offset if offset is not None and offset >= 0 else None
             if position is not None:
                 # Kept if known: a seek during a revoke phase can read an
                 # offset older than the commits made while it ran.
@@ -221,25 +219,6 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
         while position in done or (gap is not None and gap.overlaps(position)):
             position += 1
         return position
-
-    async def _starts_without_commit(self, partitions: list[Any]) -> dict[Any, int]:
-        """Where partitions without a committed offset start: their first
-        offset (the app reads from the earliest). Faust drops records it
-        fetched for a partition that was paused or changed hands meanwhile,
-        and the client's position has moved past them; without a committed
-        offset to seek to, the first record delivered would set where the
-        chain starts, and the dropped ones would never be judged (seen: a
-        partition's first 77 records, on the three-node cluster)."""
-        wanted = [tp for tp in partitions if self.app.topics.acks_enabled_for(tp.topic)]
-        if not wanted or self.app.conf.consumer_auto_offset_reset != "earliest":
-            return {}
-        try:
-            found = await self.earliest_offsets(*wanted)
-        except Exception as exc:  # the client's own position is then the start
-            log.warning("could not read where %d partition(s) without a committed offset "
-                        "start (%s)", len(wanted), exc)
-            return {}
-        return {tp: offset for tp, offset in found.items() if offset is not None}
 
     async def _release_held(self) -> None:
         """Read the records held back before the seek again: from the position

@@ -255,8 +255,8 @@ def _stale(app: Any, event: Any) -> bool:
     its table state purged, and a write would overwrite the real count in the
     changelog with a smaller one. Like Faust's own streams, ack it unprocessed:
     the assignment already seeked to the committed offset, so the partition's
-    owner refetches it, and the transport keeps stale acks out of the commits
-    (:mod:`.transport`). (During the revoke phase itself the generation is
+    owner refetches it, and the consumer keeps stale acks out of the commits
+    (:mod:`.consumer`). (During the revoke phase itself the generation is
     unchanged and the table intact, so counting then is safe.)"""
     return event.message.generation_id != app.consumer_generation_id
 
