@@ -30,10 +30,11 @@ Faust resumes partitions before it seeks them to their committed offsets, and
 records fetched before a seek can arrive after it. So a partition's records
 are held back until its seek is done and then read again from the position
 the seek set (past what this worker processed in the revoke phase and has
-not committed yet, on a topic acked by hand); a record behind the next expected offset is dropped (read
-before a seek back); one further on is a *jump*: the partition is sought back
-to the next expected offset, on the consumer's own thread in turn with its
-fetches, and the rest of its batch dropped. A fetch that starts after that
+not committed yet, on a topic acked by hand); a record behind the next
+expected offset is dropped (read before a seek back); one further on is a
+*jump*: the partition is sought back to the next expected offset, on the
+consumer's own thread in turn with its fetches, and the rest of its batch
+dropped. A fetch that starts after that
 seek and still jumps shows a real gap (compaction, transaction markers): its
 offsets count as done. Faust's own gap logic never runs.
 """
@@ -184,16 +185,15 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
             committed = await self.seek_to_committed()
         finally:  # a check made before or while it ran proves nothing after it
             self._rewound.clear()
+        positions = {tp: o if o is not None and o >= 0 else None for tp, o in committed.items()}
         # Faust's own bookkeeping, as its perform_seek keeps it.
-        self._read_offset.update({tp: o if o is not None and o >= 0 else None
-                                  for tp, o in committed.items()})
+        self._read_offset.update(positions)
         self._committed_offset.update({tp: o if o else None
                                        for tp, o in committed.items() if o is not None})
         if assignments != self._assignments:
             return  # a new assignment came meanwhile: its recovery seeks again
         moves = {}
-        for tp, offset in committed.items():
-            position = offset if offset is not None and offset >= 0 else None
+        for tp, position in positions.items():
             if position is not None:
                 # Kept if known: a seek during a revoke phase can read an
                 # offset older than the commits made while it ran.

@@ -171,13 +171,12 @@ def table_changelogs(app: Any) -> dict[str, tuple[int, dict[str, str]]]:
     found = {}
     for table in app.tables.values():
         topic = table.changelog_topic
-        flags = [flag for flag, on in (("compact", topic.compacting),
-                                       ("delete", topic.deleting)) if on]
-        config = {"cleanup.policy": ",".join(flags)} if flags else {}
-        if topic.retention:
-            config["retention.ms"] = str(int(want_seconds(topic.retention) * 1000))
-        config.update({key: str(value) for key, value in (topic.config or {}).items()})
-        found[table.changelog_topic_name] = (topic.partitions or app.conf.topic_partitions, config)
+        retention_ms = int(want_seconds(topic.retention) * 1000) if topic.retention else None
+        # Faust's own rule (what its producer would send), then the table's configs.
+        config = app.transport._topic_config(retention_ms, topic.compacting, topic.deleting)
+        config.update(topic.config or {})
+        found[table.changelog_topic_name] = (topic.partitions or app.conf.topic_partitions,
+                                             {key: str(value) for key, value in config.items()})
     return found
 
 
