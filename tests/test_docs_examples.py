@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -52,13 +53,16 @@ def page_runs(request, tmp_path_factory) -> dict[str, PageRun]:
                 if hasattr(item, "callspec") and "page" in item.callspec.params
                 and not _missing_tools(item.callspec.params["page"])]
 
-    def run(page: str) -> PageRun:
-        workdir = tmp_path_factory.mktemp("page") / "work"
+    # The folders are made here, before the threads: pytest creates its base folder
+    # lazily, and two threads asking first both try to make it (FileExistsError).
+    workdirs = [tmp_path_factory.mktemp("page") / "work" for _ in selected]
+
+    def run(page: str, workdir: Path) -> PageRun:
         workdir.mkdir()
         return run_page(RUNNABLE[page], workdir)
 
     with ThreadPoolExecutor(PAGES_AT_ONCE) as pool:
-        return dict(zip(selected, pool.map(run, selected)))
+        return dict(zip(selected, pool.map(run, selected, workdirs)))
 
 
 @pytest.mark.kafka
