@@ -191,8 +191,29 @@ async def test_a_partition_without_a_committed_offset_is_read_from_its_first_hel
     await consumer.on_partitions_assigned(set(), 1)
     await consumer._drain_messages(fetcher)
     monkeypatch.setattr(consumer, "seek_to_committed", lambda: asyncio.sleep(0, {tp: None}))
+    monkeypatch.setattr(consumer, "earliest_offsets", lambda *tps: asyncio.sleep(0, {tp: 0}))
     await consumer.perform_seek()
-    assert processed == [] and seeks == [0]
+    assert processed == [] and seeks == [0] and consumer._base[tp] == 0
+
+
+async def test_a_partition_without_a_committed_offset_starts_at_its_first_offset(monkeypatch):
+    # Faust dropped records 0..76 it had fetched (the partition was paused or
+    # changed hands meanwhile): the client's position is 77, and no committed
+    # offset says where to start. The first offset does; a partition whose
+    # first record comes first is not sought at all.
+    fetches = [[77, 78], [0, 1]]
+    consumer, tp, fetcher, seeks, processed = _jump_check_consumer(monkeypatch, fetches)
+    await consumer.on_partitions_assigned(set(), 1)
+    monkeypatch.setattr(consumer, "seek_to_committed", lambda: asyncio.sleep(0, {tp: None}))
+    monkeypatch.setattr(consumer, "earliest_offsets", lambda *tps: asyncio.sleep(0, {tp: 0}))
+    await consumer.perform_seek()
+    assert seeks == [] and consumer._next[tp] == 0 and consumer._base[tp] == 0
+    await consumer._drain_messages(fetcher)
+    assert processed == [0, 1] and seeks == [0]  # 77 was a jump: read again from 0
+    consumer.processed([_message(tp, 0, 1), _message(tp, 1, 1)])
+    consumer.app.consumer_generation_id = 1
+    assert [consumer.ack(_message(tp, o, 1)) for o in (0, 1)] == [True, True]
+    assert consumer._new_offset(tp) == 2
 
 
 async def test_a_partition_given_back_is_read_from_what_its_revoke_phase_did_not_process(
@@ -327,3 +348,51 @@ def test_a_real_gap_counts_as_done_and_the_record_after_it_does_not():
     consumer._gap[tp].addi(12, 15)  # checked: 12..14 do not exist
     _processed(consumer, tp, 10, 11, 16)  # 15 still being processed
     assert consumer._new_offset(tp) == 15
+
+
+def test_a_record_lost_on_its_way_to_the_agent_is_read_again_and_only_it(monkeypatch):
+    # 100..102 delivered; 101 and 102 were processed, 100 never reached the
+    # agent (dropped by Faust's drain or stream, no ack): the commit waits on
+    # it. After LOST_AFTER_SECONDS it is read again, and 101, 102 are passed over.
+    from guardrail.agents import consumer as consumer_module
+
+    consumer, tp = _chain_consumer("lost-on-the-way")
+    seeks = []
+
+    async def seek_in_thread(tp_, offset):
+        seeks.append(offset)
+
+    consumer._thread.seek_in_thread = seek_in_thread
+    consumer._sought, consumer._next[tp] = {tp}, 103
+    now = [1000.0]
+    monkeypatch.setattr(consumer_module.time, "monotonic", lambda: now[0])
+
+    async def lost_then_read_again():
+        _processed(consumer, tp, 101, 102)
+        assert consumer._new_offset(tp) is None and seeks == []
+        now[0] += consumer_module.LOST_AFTER_SECONDS - 1
+        assert consumer._new_offset(tp) is None and seeks == []  # may still be on its way
+        now[0] += 1
+        assert consumer._new_offset(tp) is None
+        await asyncio.sleep(0)
+        assert seeks == [100] and consumer._next[tp] == 100
+        verdicts = [await consumer._place(tp, offset, 9) for offset in (100, 101, 102, 103)]
+        assert [v is consumer_module._DELIVER for v in verdicts] == [True, False, False, True]
+        _processed(consumer, tp, 100, 103)
+        assert consumer._new_offset(tp) == 104
+
+    asyncio.run(lost_then_read_again())
+
+
+def test_a_commit_waiting_on_a_record_not_yet_delivered_reads_nothing_again(monkeypatch):
+    from guardrail.agents import consumer as consumer_module
+
+    consumer, tp = _chain_consumer("not-yet-delivered")
+    consumer._sought, consumer._next[tp] = {tp}, 100  # 100 still to come from the broker
+    now = [1000.0]
+    monkeypatch.setattr(consumer_module.time, "monotonic", lambda: now[0])
+    _processed(consumer, tp, 101)
+    for _ in range(3):
+        assert consumer._new_offset(tp) is None
+        now[0] += consumer_module.LOST_AFTER_SECONDS
+    assert consumer._next[tp] == 100 and not consumer._seeks

@@ -11,7 +11,7 @@ worker processed in this assignment, or offsets proven not to exist.**
 **A chain from the committed offset.** Each assigned partition has a *base*:
 the offset its next commit must start at, read from the broker when the
 partition is sought to its committed offset (a partition without one starts
-at the first record delivered), then moved by each commit. A
+at its first offset), then moved by each commit. A
 commit takes the run of consecutive acked offsets starting exactly at the
 base; anything else waits. Faust's own check let a run start one past its
 committed offset, and none at all while a revoked partition's committed
@@ -24,6 +24,14 @@ processed ones. On a topic whose agent acks by hand
 the agent marked processed, and a skipped record of the current assignment is
 read again; acks of an earlier consumer generation never count (after the
 assignment the partition is read again from its committed offset anyway).
+
+**A record lost on its way is read again.** Faust's drain and stream can
+drop a delivered record without an ack as the flow stops or resumes (seen: a
+window counter stalled on one judgments record after a restart). The agents
+ack in offset order, so a commit that waits on a delivered record while
+records after it are done waits on a lost one: after ``LOST_AFTER_SECONDS``
+it is read again, and the records after it that were processed (on a topic
+acked by hand) are passed over.
 
 **Records in offset order, from where the seek put them.** After a rebalance
 Faust resumes partitions before it seeks them to their committed offsets, and
@@ -43,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -54,6 +63,10 @@ log = logging.getLogger("guardrail.transport")
 __all__ = ["ProcessedOnlyConsumer"]
 
 _DELIVER, _DROP, _REWOUND = object(), object(), object()
+
+#: Seconds a partition's commit may wait on a delivered record while records
+#: after it are done, before that record counts as lost on its way to the agent.
+LOST_AFTER_SECONDS = 5.0
 
 
 class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
@@ -70,6 +83,7 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
         self._base: dict[Any, int] = {}  # where the next commit must start
         self._processed: set[tuple[Any, int, int]] = set()  # (tp, offset, generation)
         self._seeks: set[asyncio.Future[None]] = set()  # seeks back started from ack()
+        self._waiting: dict[Any, tuple[int, float]] = {}  # tp -> (base waited on, since)
         self._assignments = 0
 
     async def _wait_next_records(self, timeout: float) -> Any:
@@ -105,6 +119,9 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
             self._base.setdefault(tp, offset)
         elif offset < expected:
             return _DROP
+        elif offset == expected and self._done_here(tp, offset):
+            self._next[tp] = offset + 1  # processed already: read again past it
+            return _DROP
         elif offset > expected:
             rewound_to, rewound_in = self._rewound.get(tp, (None, fetch_round))
             if not (rewound_to == expected and rewound_in < fetch_round):
@@ -134,7 +151,10 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
         index = self._acked_index[tp]
         index.intersection_update(acked)
         if not acked or acked[0] != base:
+            if acked:
+                self._check_lost(tp, base)
             return None  # the base itself is not done: nothing after it may be committed
+        self._waiting.pop(tp, None)
         run = next(consecutive_numbers(acked))
         del acked[:len(run)]
         index.difference_update(run)
@@ -183,17 +203,21 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
         assignments = self._assignments
         try:
             committed = await self.seek_to_committed()
+            starts = await self._starts_without_commit(
+                [tp for tp, o in committed.items() if o is None or o < 0])
         finally:  # a check made before or while it ran proves nothing after it
             self._rewound.clear()
-        positions = {tp: o if o is not None and o >= 0 else None for tp, o in committed.items()}
+        at_commit = {tp: o if o is not None and o >= 0 else None for tp, o in committed.items()}
         # Faust's own bookkeeping, as its perform_seek keeps it.
-        self._read_offset.update(positions)
+        self._read_offset.update(at_commit)
         self._committed_offset.update({tp: o if o else None
                                        for tp, o in committed.items() if o is not None})
         if assignments != self._assignments:
             return  # a new assignment came meanwhile: its recovery seeks again
         moves = {}
-        for tp, position in positions.items():
+        for tp, position in at_commit.items():
+            if position is None:
+                position = starts.get(tp)
             if position is not None:
                 # Kept if known: a seek during a revoke phase can read an
                 # offset older than the commits made while it ran.
@@ -219,6 +243,26 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
         while position in done or (gap is not None and gap.overlaps(position)):
             position += 1
         return position
+
+    async def _starts_without_commit(self, partitions: list[Any]) -> dict[Any, int]:
+        """Where partitions without a committed offset start: their first
+        offset (the app reads from the earliest). Faust drops records it
+        fetched for a partition paused or moved meanwhile, and the client's
+        position has then moved past them; had the first record delivered set
+        where the chain starts, those would never be judged (seen: a
+        partition's first 77 records, on the three-node cluster). No seek is
+        made here: a first record past the start is a jump, and
+        :meth:`_place` reads again from the start."""
+        wanted = [tp for tp in partitions if self.app.topics.acks_enabled_for(tp.topic)]
+        if not wanted or self.app.conf.consumer_auto_offset_reset != "earliest":
+            return {}
+        try:
+            found = await self.earliest_offsets(*wanted)
+        except Exception as exc:  # the first record delivered then sets the start
+            log.warning("could not read where %d partition(s) without a committed offset "
+                        "start (%s)", len(wanted), exc)
+            return {}
+        return {tp: offset for tp, offset in found.items() if offset is not None}
 
     async def _release_held(self) -> None:
         """Read the records held back before the seek again: from the position
@@ -261,14 +305,50 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
 
     def _read_again(self, tp: Any, offset: int) -> None:
         """Deliver a record Faust's stream skipped once more: its commit chain
-        stops there until it is processed (records after it already delivered
-        come again, and are judged again). Outside an assignment's reading
-        (a revoke phase) the next assignment reads it from the committed offset."""
-        expected = self._next.get(tp)
-        if tp not in self._sought or expected is None or offset >= expected:
+        stops there until it is processed (records after it that were
+        processed are passed over, see :meth:`_done_here`). Outside an
+        assignment's reading (a revoke phase) the next assignment reads it
+        from the committed offset."""
+        if self._delivered(tp, offset):
+            log.info("%s[%d]: offset %d was skipped unprocessed; reading again from it",
+                     tp.topic, tp.partition, offset)
+            self._seek_back(tp, offset)
+
+    def _check_lost(self, tp: Any, base: int) -> None:
+        """The commit waits on ``base`` while records after it are done. The
+        agents ack in offset order, so that record was lost on its way to
+        the agent: Faust's drain and stream can drop a record delivered as
+        the flow stops or resumes, without an ack (seen: a window counter
+        stalled on one judgments record after a restart). After
+        :data:`LOST_AFTER_SECONDS` it is read again."""
+        if not self._delivered(tp, base):
+            self._waiting.pop(tp, None)
             return
-        log.info("%s[%d]: offset %d was skipped unprocessed; reading again from it",
-                 tp.topic, tp.partition, offset)
+        now = time.monotonic()
+        waited_on, since = self._waiting.setdefault(tp, (base, now))
+        if waited_on != base:
+            self._waiting[tp] = (base, now)
+        elif now - since >= LOST_AFTER_SECONDS:
+            del self._waiting[tp]
+            log.warning("%s[%d]: offset %d was delivered %.0f s ago and never acked while "
+                        "later ones were; reading again from it", tp.topic, tp.partition,
+                        base, now - since)
+            self._seek_back(tp, base)
+
+    def _delivered(self, tp: Any, offset: int) -> bool:
+        """Whether this assignment's reading has passed ``offset``."""
+        expected = self._next.get(tp)
+        return tp in self._sought and expected is not None and offset < expected
+
+    def _done_here(self, tp: Any, offset: int) -> bool:
+        """Whether ``offset`` was processed and awaits its commit: a record
+        read again after a seek back is then passed over. Only on topics
+        acked by hand, where an ack means processed."""
+        index = self._acked_index.get(tp)
+        return (tp.topic in self.app.acked_when_processed and index is not None
+                and offset in index)
+
+    def _seek_back(self, tp: Any, offset: int) -> None:
         self._next[tp] = offset
         self._rewound.pop(tp, None)
         task = asyncio.ensure_future(self._thread.seek_in_thread(tp, offset))
