@@ -277,6 +277,19 @@ def _chain_consumer(app_id, base=100):
     return consumer, tp
 
 
+def _reading(consumer, tp, *, at):
+    """Put ``tp`` in reading, its next offset ``at``; return the offsets it is
+    sought back to (recorded, not sought)."""
+    seeks = []
+
+    async def seek_in_thread(tp_, offset):
+        seeks.append(offset)
+
+    consumer._thread.seek_in_thread = seek_in_thread
+    consumer._sought, consumer._next[tp] = {tp}, at
+    return seeks
+
+
 def _processed(consumer, tp, *offsets):
     return _processed_in(consumer, tp, 1, *offsets)
 
@@ -309,13 +322,7 @@ def test_records_faust_skipped_and_acked_are_never_committed():
 def test_a_record_skipped_while_reading_is_read_again_from_its_offset():
     # Read up to 105; Faust's stream skipped 102 and acked it unprocessed.
     consumer, tp = _chain_consumer("skip-read-again")
-    seeks = []
-
-    async def seek_in_thread(tp_, offset):
-        seeks.append(offset)
-
-    consumer._thread.seek_in_thread = seek_in_thread
-    consumer._sought, consumer._next[tp] = {tp}, 106
+    seeks = _reading(consumer, tp, at=106)
 
     async def skip():
         assert consumer.ack(_message(tp, 102, 1)) is False
@@ -357,13 +364,7 @@ def test_a_record_lost_on_its_way_to_the_agent_is_read_again_and_only_it(monkeyp
     from guardrail.agents import consumer as consumer_module
 
     consumer, tp = _chain_consumer("lost-on-the-way")
-    seeks = []
-
-    async def seek_in_thread(tp_, offset):
-        seeks.append(offset)
-
-    consumer._thread.seek_in_thread = seek_in_thread
-    consumer._sought, consumer._next[tp] = {tp}, 103
+    seeks = _reading(consumer, tp, at=103)
     now = [1000.0]
     monkeypatch.setattr(consumer_module.time, "monotonic", lambda: now[0])
 
