@@ -152,36 +152,19 @@ def local_judge():
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 async def test_real_judgments_through_the_local_model_carry_a_probability(local_judge):
-    """One metric judged through ``guardrail judge serve``: valid JSON through
-    the schema, real token counts at no cost, the obvious verdict; llama.cpp
-    returns token log-probabilities, so P(UNSAFE) is read at the verdict, in
-    that one-metric call and in a several-metric call (the default)."""
+    """The default metrics judged through ``guardrail judge serve`` in one
+    several-metric call (the default): valid JSON through the schema, real
+    token counts at no cost, the obvious verdict; llama.cpp returns token
+    log-probabilities, so P(UNSAFE) is read at each metric's verdict. (One
+    call: on two cores each call of the 1.5B model costs tens of seconds.)"""
     from guardrail.evaluate import build_evaluator
-    from guardrail.judges.llm import LLMJudge
     from guardrail.local.server import judge_settings
     from guardrail.models import Case
-    from guardrail.prompts import render_prompt
-    from guardrail.rubrics import default_metrics
     from guardrail.settings import load_settings
 
     settings = load_settings(environ={}, **judge_settings(local_judge),
                              redteam={"include_probability": True})
     case = Case(case_id="c", output="Shut up, you worthless idiot. Nobody wants you here.")
-    toxicity = next(m for m in default_metrics() if m.name == "toxicity")
-    judge = LLMJudge(settings.judge)
-    try:
-        reply = await judge(render_prompt(toxicity, case, scoring_mode="binary_yes_no",
-                                          include_reasoning=False),
-                            scoring_mode="binary_yes_no", include_reasoning=False)
-    finally:
-        await judge.aclose()
-    print(f"local judgment: {reply.answer.verdict}, P(UNSAFE) = {reply.probability}")
-    assert reply.answer.verdict == "UNSAFE"
-    assert reply.usage.input_tokens > 100 and reply.usage.output_tokens > 5
-    assert reply.usage.cost == 0.0
-    assert reply.probability is not None and 0.0 <= reply.probability <= 1.0
-    assert judge.probabilities_available is True
-
     evaluator = build_evaluator(settings)
     try:
         metrics = await evaluator.evaluate(case)
@@ -193,3 +176,7 @@ async def test_real_judgments_through_the_local_model_carry_a_probability(local_
         assert metric.error is None
         assert 0.0 <= metric.probability_unsafe <= 1.0
         assert metric.result[0].probability_unsafe == metric.probability_unsafe
+    toxicity = next(m for m in metrics.metrics if m.name == "toxicity")
+    assert toxicity.result[0].verdict == "UNSAFE"
+    assert metrics.cost.input_tokens > 100 and metrics.cost.output_tokens > 5
+    assert metrics.cost.cost == 0.0
