@@ -136,7 +136,12 @@ def local_judge():
     """``guardrail judge serve`` as a user runs it, shared by this module's tests
     (loading the model is most of their time): its api_base, then a clean stop."""
     _local_model_or_skip()
-    server = subprocess.Popen([sys.executable, "-m", "guardrail.cli", "judge", "serve"],
+    # One thread: the suite's three test processes share two cores, and
+    # llama.cpp's threads wait on each other at every step when one of them is
+    # descheduled (beside two busy processes: 361 s and a failed test with
+    # 2 threads, 47 s and a pass with 1).
+    server = subprocess.Popen([sys.executable, "-m", "guardrail.cli", "judge", "serve",
+                               "--threads", "1"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                               start_new_session=True)
     try:
