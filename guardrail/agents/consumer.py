@@ -196,6 +196,7 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
         self._sought.clear()
         self._held.clear()
         self._next.clear()
+        self._waiting.clear()  # a wait is timed within one assignment's reading
 
     async def perform_seek(self) -> None:
         """Faust's seek to the committed offsets, then the chain's base and the
