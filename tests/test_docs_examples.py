@@ -66,8 +66,8 @@ def page_runs(request, tmp_path_factory) -> dict[str, PageRun]:
 
 
 @pytest.mark.kafka
-# The first page's setup runs every page (two at once): about 4 minutes on two quiet
-# cores, more under load, past the suite's 300 s default meant for one test.
+# The first page's setup runs every page (PAGES_AT_ONCE at a time): 3 to 4 minutes
+# in the suite on 2 cores, past the suite's 300 s default meant for one test.
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("page", sorted(RUNNABLE))
 def test_the_command_blocks_of_a_page_run(page, page_runs):
