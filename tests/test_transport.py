@@ -196,24 +196,42 @@ async def test_a_partition_without_a_committed_offset_is_read_from_its_first_hel
     assert processed == [] and seeks == [0] and consumer._base[tp] == 0
 
 
-async def test_a_partition_without_a_committed_offset_starts_at_its_first_offset(monkeypatch):
-    # Faust dropped records 0..76 it had fetched (the partition was paused or
-    # changed hands meanwhile): the client's position is 77, and no committed
-    # offset says where to start. The first offset does; a partition whose
-    # first record comes first is not sought at all.
+async def test_a_partition_without_a_committed_offset_is_sought_to_its_first_offset(
+        monkeypatch):
+    # Faust dropped records 0..84 it had fetched (the partition was paused or
+    # changed hands meanwhile): the client's position is 85, the end, and no
+    # committed offset says where to start. Nothing later arrives to show the
+    # jump (the producers are done), so the partition is sought to its first
+    # offset at once; the client seeks nowhere for a committed offset of 0 either.
+    fetches = [[0, 1]]
+    consumer, tp, fetcher, seeks, processed = _jump_check_consumer(monkeypatch, fetches)
+    other = TP("judgments", 1)
+    await consumer.on_partitions_assigned(set(), 1)
+    monkeypatch.setattr(consumer, "seek_to_committed",
+                        lambda: asyncio.sleep(0, {tp: None, other: 0}))
+    monkeypatch.setattr(consumer, "earliest_offsets", lambda *tps: asyncio.sleep(0, {tp: 0}))
+    await consumer.perform_seek()
+    assert sorted(seeks) == [0, 0] and consumer._next[tp] == 0 and consumer._base[tp] == 0
+    assert consumer._next[other] == consumer._base[other] == 0
+    await consumer._drain_messages(fetcher)
+    assert processed == [0, 1]
+    consumer.processed([_message(tp, 0, 1), _message(tp, 1, 1)])
+    consumer.app.consumer_generation_id = 1
+    assert [consumer.ack(_message(tp, o, 1)) for o in (0, 1)] == [True, True]
+    assert consumer._new_offset(tp) == 2
+
+
+async def test_a_first_record_past_the_start_is_read_again_from_the_start(monkeypatch):
+    # Records fetched before the seek to the first offset can still arrive after
+    # it: 77 is a jump, read again from 0.
     fetches = [[77, 78], [0, 1]]
     consumer, tp, fetcher, seeks, processed = _jump_check_consumer(monkeypatch, fetches)
     await consumer.on_partitions_assigned(set(), 1)
     monkeypatch.setattr(consumer, "seek_to_committed", lambda: asyncio.sleep(0, {tp: None}))
     monkeypatch.setattr(consumer, "earliest_offsets", lambda *tps: asyncio.sleep(0, {tp: 0}))
     await consumer.perform_seek()
-    assert seeks == [] and consumer._next[tp] == 0 and consumer._base[tp] == 0
     await consumer._drain_messages(fetcher)
-    assert processed == [0, 1] and seeks == [0]  # 77 was a jump: read again from 0
-    consumer.processed([_message(tp, 0, 1), _message(tp, 1, 1)])
-    consumer.app.consumer_generation_id = 1
-    assert [consumer.ack(_message(tp, o, 1)) for o in (0, 1)] == [True, True]
-    assert consumer._new_offset(tp) == 2
+    assert processed == [0, 1] and seeks == [0, 0]
 
 
 async def test_a_partition_given_back_is_read_from_what_its_revoke_phase_did_not_process(

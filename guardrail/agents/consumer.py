@@ -10,8 +10,8 @@ worker processed in this assignment, or offsets proven not to exist.**
 
 **A chain from the committed offset.** Each assigned partition has a *base*:
 the offset its next commit must start at, read from the broker when the
-partition is sought to its committed offset (a partition without one starts
-at its first offset), then moved by each commit. A
+partition is sought to its committed offset (a partition without one is
+sought to its first offset), then moved by each commit. A
 commit takes the run of consecutive acked offsets starting exactly at the
 base; anything else waits. Faust's own check let a run start one past its
 committed offset, and none at all while a revoked partition's committed
@@ -217,6 +217,9 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
             return  # a new assignment came meanwhile: its recovery seeks again
         moves = {}
         for tp, position in at_commit.items():
+            # The client seeks only to a committed offset above 0: elsewhere its
+            # position may have moved past records Faust fetched and dropped.
+            sought_by_client = position is not None and position > 0
             if position is None:
                 position = starts.get(tp)
             if position is not None:
@@ -224,13 +227,13 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
                 # offset older than the commits made while it ran.
                 self._base.setdefault(tp, position)
                 done = self._processed_from(tp, position)
-                if done != position:
+                if done != position or not sought_by_client:
                     moves[tp] = position = done
             self._next[tp] = position
         for tp, position in moves.items():
             await self._thread.seek_in_thread(tp, position)
         self._sought.update(committed)
-        await self._release_held()
+        await self._release_held(sought_now=moves.keys())
 
     def _processed_from(self, tp: Any, position: int) -> int:
         """The first offset from ``position`` on that this worker has not
@@ -251,9 +254,11 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
         fetched for a partition paused or moved meanwhile, and the client's
         position has then moved past them; had the first record delivered set
         where the chain starts, those would never be judged (seen: a
-        partition's first 77 records, on the three-node cluster). No seek is
-        made here: a first record past the start is a jump, and
-        :meth:`_place` reads again from the start."""
+        partition's first 77 records, on the three-node cluster). So
+        :meth:`perform_seek` seeks them there: waiting for a later record to
+        show the jump is not enough, as a partition whose producers are done
+        has none (seen: a restarted worker holding an input partition, lag 85,
+        never reading it)."""
         wanted = [tp for tp in partitions if self.app.topics.acks_enabled_for(tp.topic)]
         if not wanted or self.app.conf.consumer_auto_offset_reset != "earliest":
             return {}
@@ -265,10 +270,13 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
             return {}
         return {tp: offset for tp, offset in found.items() if offset is not None}
 
-    async def _release_held(self) -> None:
+    async def _release_held(self, *, sought_now: Iterable[Any]) -> None:
         """Read the records held back before the seek again: from the position
-        the seek set, or (no committed offset) from the first one held."""
+        the seek set, or (no start known) from the first one held. A partition
+        just sought there is read from it anyway."""
         held, self._held = self._held, {}
+        for tp in sought_now:
+            held.pop(tp, None)
         for tp, first_held in held.items():
             position = self._next.get(tp)
             await self._thread.seek_in_thread(tp, first_held if position is None else position)
