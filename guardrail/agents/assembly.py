@@ -21,7 +21,9 @@ its changelog recovery reads):
   again or closes and keeps its turns).
 
 Delivery: a batch's table writes are confirmed on the broker, its results
-published, then its ``done`` records, and only then is it acked. A crash
+published, then its ``done`` records, and only then is it acked (by hand:
+a record Faust's stream skips as a rebalance stops the flow is never
+committed, see :mod:`.consumer`). A crash
 before the ack redelivers the tick; the whole is still ``closing`` under the
 same tick, is judged again under the same name, and the window counter skips
 the repeat (its position in the internal partition is not above the last one
@@ -269,10 +271,16 @@ def register_assembly(runtime: WorkerRuntime, gathering: Gathering[Any], *, topi
         if confirm is not None:
             await confirm()  # type: ignore[operator]
 
+    # Acked by hand once applied and published: the records Faust's stream skips
+    # as a rebalance stops the flow are never committed (a skipped turn was a
+    # session judged without it, for good).
+    mark_processed = app.mark_processed_on(topic_name)
+
     @app.agent(source, name=agent_name, concurrency=1)
     async def assemble(stream: Any) -> None:
         acker = OrderedAcker(stream, MAX_INFLIGHT_BATCHES, publish,
-                             on_config_error=runtime.stop_on_config_error)
+                             on_config_error=runtime.stop_on_config_error,
+                             mark_processed=mark_processed)
         try:
             async for events in stream.noack_take(BATCH, within=0.05):
                 due = []
