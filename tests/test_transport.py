@@ -415,3 +415,24 @@ def test_a_commit_waiting_on_a_record_not_yet_delivered_reads_nothing_again(monk
         assert consumer._new_offset(tp) is None
         now[0] += consumer_module.LOST_AFTER_SECONDS
     assert consumer._next[tp] == 100 and not consumer._seeks
+
+
+async def test_every_topic_an_agent_processes_in_order_is_acked_by_hand():
+    # A record Faust's stream skips as a rebalance stops the flow is acked like a
+    # processed one; on these topics such an ack never reaches a commit (seen: a
+    # skipped session turn committed unprocessed, its session judged without it).
+    from guardrail.agents.app import build_app
+    from guardrail.agents.run_assembly import run_spans_topic
+    from guardrail.agents.session_assembly import session_turns_topic
+
+    settings = load_settings(environ={}, judge_model="openai/test-judge",
+                             judge_api_key="k", input_format="otlp", agent_runs=True,
+                             session_judging=True)
+    runtime = build_app(settings)
+    try:
+        app_id = settings.kafka.app_id
+        assert runtime.app.acked_when_processed == {
+            settings.kafka.input_topic, settings.kafka.judgments_topic,
+            session_turns_topic(app_id), run_spans_topic(app_id)}
+    finally:
+        await runtime.message_judge.evaluator.aclose()
