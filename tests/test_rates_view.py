@@ -186,3 +186,26 @@ async def test_the_runtime_starts_the_view_and_stops_it_first_on_close():
     await runtime.start()
     await runtime.close()
     assert events == ["view started", "view stopped", "evaluator closed", "producer flushed"]
+
+
+async def test_a_follower_whose_read_swallows_a_cancellation_still_stops():
+    # A client call can swallow one cancellation; the follower read on after its
+    # stop and the worker's stop hung (SIGTERM as the worker started).
+    from guardrail.kafka.rates_view import TopicFollower
+
+    follower = TopicFollower(load_settings(environ={}), "redteam-labels", sink=None)
+    swallowed = []
+
+    async def read_on():
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed.append(True)
+
+    follower._task = task = asyncio.ensure_future(read_on())
+    await asyncio.sleep(0)
+    await asyncio.wait_for(follower.stop(), 10)
+    assert swallowed and task.cancelled()

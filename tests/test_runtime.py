@@ -82,6 +82,48 @@ async def test_a_failing_step_does_not_skip_the_next():
     assert events == ["evaluator closed", "producer flushed"]
 
 
+class _Service:
+    """A background service whose start may wait on ``gate``."""
+
+    def __init__(self, name, events, gate=None):
+        self.name, self.events, self.gate = name, events, gate
+
+    async def start(self):
+        self.events.append(f"{self.name} started")
+        if self.gate is not None:
+            await self.gate.wait()
+
+    async def stop(self):
+        self.events.append(f"{self.name} stopped")
+
+
+async def test_a_stop_during_start_up_stops_what_started_and_starts_nothing_more():
+    # SIGTERM as the app starts: the close begins while the start is under way.
+    # A service started after its stop ran would run on and hold the stop for good.
+    events, gate = [], asyncio.Event()
+    runtime = _runtime(events)
+    runtime.services = [_Service("a", events, gate), _Service("b", events)]
+    starting = asyncio.ensure_future(runtime.start())
+    await asyncio.sleep(0)
+    closing = asyncio.ensure_future(runtime.close())
+    await asyncio.sleep(0.05)
+    assert "a stopped" not in events  # the close waits for the start under way
+    gate.set()
+    await asyncio.wait_for(closing, 5)
+    await starting
+    assert "b started" not in events and "b stopped" in events
+    assert events.index("a started") < events.index("a stopped")
+
+
+async def test_a_start_after_the_stop_began_starts_nothing():
+    events = []
+    runtime = _runtime(events)
+    runtime.services = [_Service("a", events)]
+    await runtime.close()
+    await runtime.start()
+    assert "a started" not in events
+
+
 def test_the_alert_drain_stays_well_inside_the_stop_deadline():
     assert _runtime([], stop_deadline=45).alert_drain_seconds == 10.0
     assert _runtime([], stop_deadline=3).alert_drain_seconds == 0.75

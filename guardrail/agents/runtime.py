@@ -43,6 +43,10 @@ EXIT_CONFIG_ERROR = 78
 #: How long a stop waits for the OTLP exporter to send what it holds.
 EXPORT_FLUSH_SECONDS = 1.0
 
+#: How long a stop during start-up waits for the start of the rates view and
+#: the services (each only creates its background task) before stopping them.
+START_WAIT_SECONDS = 2.0
+
 
 @dataclass(eq=False)
 class WorkerRuntime:
@@ -105,6 +109,7 @@ class WorkerRuntime:
     #: Why the worker stops on its own (None: it runs until a signal).
     exit_code: int | None = None
     _closing: asyncio.Future[None] | None = field(default=None, init=False, repr=False)
+    _starting: asyncio.Future[None] | None = field(default=None, init=False, repr=False)
 
     def stop_on_config_error(self, exc: Exception) -> None:
         """Log ``exc`` (one line naming the setting) and stop the worker, once."""
@@ -133,10 +138,17 @@ class WorkerRuntime:
 
     async def start(self) -> None:
         """Start the rates view and the services (Faust runs this as a task once
-        the worker is up)."""
-        if self.rates_view is not None:
-            await self.rates_view.start()
-        for service in self.services:
+        the worker is up). A stop during start-up (SIGTERM as the app starts)
+        can begin before this runs: nothing more is started once it has."""
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._starting)
+
+    async def _start(self) -> None:
+        first = [self.rates_view] if self.rates_view is not None else []
+        for service in [*first, *self.services]:
+            if self._closing is not None:
+                return  # not started: nothing to stop
             await service.start()
 
     async def close(self) -> None:
@@ -150,6 +162,10 @@ class WorkerRuntime:
     async def _close(self) -> None:
         log.info("runtime closing: %d alert deliveries in flight (waiting up to %.1fs)",
                  self.dispatcher.in_flight, self.alert_drain_seconds)
+        if self._starting is not None and not self._starting.done():
+            # Stopped while starting: what the start began is stopped below, once
+            # it is started (a follower started after its stop ran for good).
+            await asyncio.wait({self._starting}, timeout=START_WAIT_SECONDS)
         if self.rates_view is not None:
             await self._step("stopping the rates view", self.rates_view.stop)
         for service in reversed(self.services):

@@ -52,6 +52,8 @@ log = logging.getLogger("guardrail.rates")
 POLL_RECORDS = 2000
 #: Longest pause between attempts when the topic is missing or reading failed.
 MAX_RETRY_SECONDS = 30.0
+#: A follower's stop: cancellations, and the wait after each for its task to end.
+CANCEL_TRIES, CANCEL_WAIT_SECONDS = 5, 1.0
 
 
 class RatesUnavailable(GuardrailError):
@@ -253,9 +255,20 @@ class TopicFollower:
         """Stop following and close the consumer (idempotent)."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await self._cancel(task)
         await self.reader.close()
+
+    async def _cancel(self, task: asyncio.Task[None]) -> None:
+        """Cancel the following task, again while it goes on: a client call it
+        is in can swallow one cancellation (a worker stopped as it started hung
+        so, its follower reading on). Bounded: a stop never waits for good."""
+        for _ in range(CANCEL_TRIES):
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=CANCEL_WAIT_SECONDS)
+            if done:
+                return
+        log.warning("%s: reading %r did not stop after %d cancellations; left to the "
+                    "event loop's close", self.name, self.topic, CANCEL_TRIES)
 
     async def _run(self) -> None:
         delay = 1.0
