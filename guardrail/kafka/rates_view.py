@@ -260,12 +260,15 @@ class TopicFollower:
 
     async def _cancel(self, task: asyncio.Task[None]) -> None:
         """Cancel the following task, again while it goes on: a client call it
-        is in can swallow one cancellation (a worker stopped as it started hung
-        so, its follower reading on). Bounded: a stop never waits for good."""
+        is in can swallow one cancellation (suspected where a worker stopped as
+        it started hung, its follower reading on). Bounded: a stop never waits
+        for good."""
         for _ in range(CANCEL_TRIES):
             task.cancel()
             done, _ = await asyncio.wait({task}, timeout=CANCEL_WAIT_SECONDS)
             if done:
+                if not task.cancelled():
+                    task.exception()  # retrieved: a failed read was logged by the task
                 return
         log.warning("%s: reading %r did not stop after %d cancellations; left to the "
                     "event loop's close", self.name, self.topic, CANCEL_TRIES)
