@@ -161,6 +161,9 @@ def test_the_topics_guardrail_creates_carry_the_settings_the_docs_state(apache_k
 
         assert poll(created, 60), env.logs()[-3000:]
         configs = asyncio.run(_topic_configs(apache_kafka_bootstrap, plain + compacted))
+        # The worker makes its topics before its signal handlers are in place:
+        # stopped then, it dies of the SIGTERM (-15) instead of stopping cleanly.
+        assert poll(lambda: "Worker]: Ready" in env.logs(), 60), env.logs()[-3000:]
     finally:
         env.stop_workers()
     assert worker.returncode == 0, env.logs()[-3000:]
