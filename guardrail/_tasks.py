@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Awaitable, Iterable
 from typing import TypeVar
 
-__all__ = ["gather_or_cancel", "cancel_and_wait"]
+__all__ = ["gather_or_cancel", "cancel_and_wait", "cancel_repeatedly"]
 
 T = TypeVar("T")
 
@@ -31,6 +31,20 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Future[object]]) -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def cancel_repeatedly(task: asyncio.Future[object], *, tries: int, wait: float) -> bool:
+    """Cancel ``task`` and wait up to ``wait`` s for it to end, ``tries`` times:
+    a call it is in can swallow one cancellation. True once it ended (its
+    outcome retrieved); False if it still runs after the last try."""
+    for _ in range(tries):
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=wait)
+        if done:
+            if not task.cancelled():
+                task.exception()
+            return True
+    return False
 
 
 async def gather_or_cancel(*awaitables: Awaitable[T]) -> list[T]:

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from .._tasks import cancel_repeatedly
 from ..errors import GuardrailError
 from ..settings import KafkaSettings, Settings
 from .clients import client_options, resolve_bootstrap
@@ -263,15 +264,9 @@ class TopicFollower:
         is in can swallow one cancellation (suspected where a worker stopped as
         it started hung, its follower reading on). Bounded: a stop never waits
         for good."""
-        for _ in range(CANCEL_TRIES):
-            task.cancel()
-            done, _ = await asyncio.wait({task}, timeout=CANCEL_WAIT_SECONDS)
-            if done:
-                if not task.cancelled():
-                    task.exception()  # retrieved: a failed read was logged by the task
-                return
-        log.warning("%s: reading %r did not stop after %d cancellations; left to the "
-                    "event loop's close", self.name, self.topic, CANCEL_TRIES)
+        if not await cancel_repeatedly(task, tries=CANCEL_TRIES, wait=CANCEL_WAIT_SECONDS):
+            log.warning("%s: reading %r did not stop after %d cancellations; left to the "
+                        "event loop's close", self.name, self.topic, CANCEL_TRIES)
 
     async def _run(self) -> None:
         delay = 1.0
