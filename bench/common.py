@@ -278,6 +278,50 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process and all its threads (Linux /proc),
+    None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuPerRecord:
+    """CPU a process spends per output record, sampled as a reader counts them.
+
+    Call :meth:`sample` with the records read so far; samples start ``skip``
+    seconds after the first record (warm-up excluded) and the last one ends the
+    span. ``ms_per_record`` is the process's CPU over that span / the records in it.
+    """
+
+    def __init__(self, pid: int, skip: float = 1.0) -> None:
+        self.pid, self.skip = pid, skip
+        self.first_seen: float | None = None
+        self.samples: list[tuple[int, float]] = []
+
+    def sample(self, count: int) -> None:
+        if count <= 0:
+            return
+        now = time.monotonic()
+        self.first_seen = self.first_seen or now
+        cpu = cpu_seconds(self.pid)
+        if cpu is not None and now - self.first_seen >= self.skip:
+            self.samples.append((count, cpu))
+
+    @property
+    def ms_per_record(self) -> float | None:
+        if len(self.samples) < 2 or self.samples[-1][0] == self.samples[0][0]:
+            return None
+        (n0, c0) = self.samples[0]
+        # the first sample at the final count: idle time after the backlog is done is not work
+        n1, c1 = next(s for s in self.samples if s[0] == self.samples[-1][0])
+        if n1 == n0:
+            return None
+        return (c1 - c0) * 1000 / (n1 - n0)
+
+
 class Stopwatch:
     def __init__(self) -> None:
         self.started = time.monotonic()

@@ -320,10 +320,11 @@ class LLMJudge:
         async with self._limit:
             started = time.perf_counter()  # inside the limit: queueing is not the judge's
             try:
-                completion = await asyncio.wait_for(self._transport.complete(
-                    messages, fmt if s.structured_output else None,
-                    max_tokens=s.max_tokens * metrics if metrics > 1 else None),
-                    timeout=s.timeout + 1.0)
+                # A deadline on this task, not wait_for's extra task per call.
+                async with asyncio.timeout(s.timeout + 1.0):
+                    completion = await self._transport.complete(
+                        messages, fmt if s.structured_output else None,
+                        max_tokens=s.max_tokens * metrics if metrics > 1 else None)
             finally:  # a failed attempt took the judge's time too
                 usage.seconds += time.perf_counter() - started
         # Let the call that the released slot woke leave first: answers tend to

@@ -105,13 +105,23 @@ def read_logprobs(logprobs: Any) -> tuple[TokenLogprob, ...] | None:
         else:
             token, logprob = _get(item, "token"), _get(item, "logprob")
             top, raw = _get(item, "top_logprobs"), _get(item, "bytes")
-        if not isinstance(token, str) or not _number(logprob):
+        if not isinstance(token, str) or not (type(logprob) is float and math.isfinite(logprob)
+                                              or _number(logprob)):
             return None
         # The alternatives stay as sent: only the few tokens at a verdict are
         # ever read (see top_pairs), and converting all of them was most of
         # the worker's cost of a response with log-probabilities.
-        tokens.append(TokenLogprob(token, float(logprob), top or (), _raw_bytes(raw)))
+        tokens.append(TokenLogprob(token, float(logprob), top or (), _token_bytes(token, raw)))
     return tuple(tokens)
+
+
+def _token_bytes(token: str, raw: Any) -> bytes | None:
+    """The token's bytes as sent. An ASCII token with as many bytes as
+    characters is its own encoding (a judge's JSON is nearly all such tokens),
+    so the list of byte values is not converted one by one."""
+    if token and token.isascii() and isinstance(raw, list) and len(raw) == len(token):
+        return token.encode()
+    return _raw_bytes(raw)
 
 
 def top_pairs(top: Any) -> list[tuple[str, float]]:

@@ -68,6 +68,11 @@ class GroupSeries:
         self._metrics: list[str] = []
         #: (metric, group) -> [unsafe, safe + unsafe]: the gauge's ratio.
         self._decided: dict[tuple[str, Group], list[int]] = {}
+        #: The series of each (metric, verdict, group) and (metric, group)
+        #: counted, looked up once (``labels()`` per count is slow); bounded
+        #: as the groups are.
+        self._counters: dict[tuple[str, str, Group], Any] = {}
+        self._gauges: dict[tuple[str, Group], Any] = {}
 
     @property
     def groups(self) -> int:
@@ -106,14 +111,21 @@ class GroupSeries:
 
     def count(self, metric: str, verdict: str, group: Group) -> None:
         """One judgment of ``metric`` (safe, unsafe or error) in ``group``."""
-        labels = dict(zip(SERIES_LABELS, group))
-        self._judgments.labels(metric=metric, verdict=verdict, **labels).inc()
+        counter = self._counters.get((metric, verdict, group))
+        if counter is None:
+            counter = self._counters[(metric, verdict, group)] = self._judgments.labels(
+                metric=metric, verdict=verdict, **dict(zip(SERIES_LABELS, group)))
+        counter.inc()
         if verdict not in ("safe", "unsafe"):
             return
         decided = self._decided.setdefault((metric, group), [0, 0])
         decided[0] += verdict == "unsafe"
         decided[1] += 1
-        self._rate.labels(metric=metric, **labels).set(decided[0] / decided[1])
+        gauge = self._gauges.get((metric, group))
+        if gauge is None:
+            gauge = self._gauges[(metric, group)] = self._rate.labels(
+                metric=metric, **dict(zip(SERIES_LABELS, group)))
+        gauge.set(decided[0] / decided[1])
 
     def _start(self, metric: str, group: Group) -> None:
         labels = dict(zip(SERIES_LABELS, group))

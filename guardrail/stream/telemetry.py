@@ -181,6 +181,11 @@ class Telemetry:
             self.messages.labels(outcome=outcome)
         for direction in ("input", "output"):
             self.tokens.labels(direction=direction)
+        # The series every judged case counts in, looked up once: a labels()
+        # call per case and metric was a measurable share of a judged message.
+        self._judged = self.messages.labels(outcome="judged")
+        self._input_tokens = self.tokens.labels(direction="input")
+        self._output_tokens = self.tokens.labels(direction="output")
         for state in ("throttled", "restored"):
             self.budget_alerts.labels(state=state)
         for reason in ("queue_full", "export_failed", "shutdown", "invalid"):
@@ -208,15 +213,15 @@ class Telemetry:
         """Count one judged case: its verdicts per group and ``unit`` (``turn``, or
         ``session`` for a session judgment), tokens, cost, cache hits, and with a
         cascade (``escalation_model``) which stage decided."""
-        self.messages.labels(outcome="judged").inc()
+        self._judged.inc()
         group = self.groups.group_of(metadata, unit=unit)
         for m in metrics.metrics:
             verdict = "error" if m.error else ("unsafe" if m.unsafe else "safe")
             self.groups.count(m.name, verdict, group)
             self.dropped_spans.inc(m.dropped_spans)
             self.cache_hits.inc(m.cached)
-            self.tokens.labels(direction="input").inc(m.input_tokens)
-            self.tokens.labels(direction="output").inc(m.output_tokens)
+            self._input_tokens.inc(m.input_tokens)
+            self._output_tokens.inc(m.output_tokens)
             self.cached_tokens.inc(m.cached_tokens)
             if m.cost is None:
                 self.unpriced.inc()
