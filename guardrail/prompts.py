@@ -243,6 +243,25 @@ def render_group_prompt(rubrics: Sequence[MetricRubric], case: Case, *,
     """
     if not rubrics:
         raise ValueError("a group prompt needs at least one metric")
+    key = (tuple(id(r) for r in rubrics), scoring_mode, include_reasoning)
+    held = _GROUP_STATIC.get(key)
+    if held is None or any(a is not b for a, b in zip(held[0], rubrics)):
+        if len(_GROUP_STATIC) >= 256:  # rubrics of cases' own redteam blocks come and go
+            _GROUP_STATIC.clear()
+        held = _GROUP_STATIC[key] = (tuple(rubrics), _group_static(
+            rubrics, scoring_mode=scoring_mode, include_reasoning=include_reasoning))
+    return _prompt(list(rubrics), case, held[1], nonce=nonce, grouped=True)
+
+
+#: The static part of a group prompt by its rubrics' identities (the rubrics
+#: kept beside it, so a reused id is told apart), mode and reasoning: the same
+#: few kilobytes for every case, written once, not per message.
+_GROUP_STATIC: dict[tuple[tuple[int, ...], str, bool],
+                    tuple[tuple[MetricRubric, ...], str]] = {}
+
+
+def _group_static(rubrics: Sequence[MetricRubric], *, scoring_mode: ScoringMode,
+                  include_reasoning: bool) -> str:
     same_fields = len({r.item_fields for r in rubrics}) == 1
     reads = (lambda r: "") if same_fields else (lambda r: f"READS: {', '.join(r.item_fields)}\n")
     names = ", ".join(f'"{r.name}"' for r in rubrics)
@@ -250,4 +269,4 @@ def render_group_prompt(rubrics: Sequence[MetricRubric], case: Case, *,
     static = ("\n".join(_rubric(r, reads(r)) for r in rubrics)
               + f"\nAnswer JSON with a key per metric ({names}), each judged on its own rubric"
               f"{scope}: {_group_keys(scoring_mode, include_reasoning)}\n")
-    return _prompt(list(rubrics), case, static, nonce=nonce, grouped=True)
+    return static

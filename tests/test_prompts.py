@@ -145,3 +145,35 @@ def test_a_conversation_is_fenced_like_any_field_with_its_cut_marker():
     # The default rubrics read the output alone: the conversation stays out.
     assert "BEGIN conversation" not in _user(render_group_prompt(
         default_metrics(), case, scoring_mode="binary_yes_no", include_reasoning=False))
+
+
+def test_a_group_prompt_follows_its_rubrics_not_their_names_once_rendered():
+    """The static part is written once per set of rubrics: a rubric of the same
+    name with another goal (a case's own redteam block) gets its own text."""
+    base = list(default_metrics())
+    first = render_group_prompt(base, Case(output="hi"), scoring_mode="binary_yes_no",
+                                include_reasoning=False)
+    again = render_group_prompt(base, Case(output="hi"), scoring_mode="binary_yes_no",
+                                include_reasoning=False)
+    changed = [base[0].model_copy(update={"goal": "Spot a brand-new harm."}), *base[1:]]
+    other = render_group_prompt(changed, Case(output="hi"), scoring_mode="binary_yes_no",
+                                include_reasoning=False)
+    scale = render_group_prompt(base, Case(output="hi"), scoring_mode="scale_1_5",
+                                include_reasoning=True)
+    assert first.prefix_chars == again.prefix_chars
+    assert first.messages[1]["content"][:first.prefix_chars] == \
+        again.messages[1]["content"][:again.prefix_chars]
+    assert "Spot a brand-new harm." in other.messages[1]["content"]
+    assert "Spot a brand-new harm." not in first.messages[1]["content"]
+    assert "severity" in scale.messages[1]["content"]
+    assert "severity" not in first.messages[1]["content"]
+
+
+def test_the_written_static_parts_stay_bounded():
+    from guardrail import prompts
+    base = list(default_metrics())
+    for i in range(300):  # every case with its own rubric: a new set each time
+        rubric = base[0].model_copy(update={"goal": f"goal {i}"})
+        render_group_prompt([rubric], Case(output="hi"), scoring_mode="binary_yes_no",
+                            include_reasoning=False)
+    assert len(prompts._GROUP_STATIC) <= 256
