@@ -72,7 +72,7 @@ def extra_body(fields: Mapping[str, Any] | None) -> Iterator[None]:
 class GuardHTTPTransport(HTTPTransport):
     """:class:`~guardrail.judges.transports.HTTPTransport` with :func:`extra_body` fields."""
 
-    async def _send(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _send(self, body: dict[str, Any]) -> Completion:
         fields = _EXTRA.get()
         return await super()._send({**body, **fields} if fields else body)
 

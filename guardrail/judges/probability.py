@@ -33,11 +33,14 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+import msgspec
+import orjson
+
 from ..errors import JudgeAnswerError
 from ..parsing import extract_json_object
 
 __all__ = ["TokenLogprob", "Reading", "AnswerTokens", "read_logprobs", "expected_severity",
-           "locate_value", "TOP_LOGPROBS"]
+           "locate_value", "TOP_LOGPROBS", "top_pairs"]
 
 #: Alternatives asked for per token: OpenAI's maximum was 5 for years (now 20),
 #: and the verdict's two classes rarely need more.
@@ -127,6 +130,13 @@ def _token_bytes(token: str, raw: Any) -> bytes | None:
 def top_pairs(top: Any) -> list[tuple[str, float]]:
     """A token's alternatives as ``(text, logprob)`` pairs: pairs pass as they
     are, a provider's objects or dicts are read; malformed ones are skipped."""
+    if isinstance(top, msgspec.Raw):  # left undecoded by guardrail.judges.answers
+        try:
+            top = orjson.loads(bytes(top))
+        except orjson.JSONDecodeError:
+            return []
+        if not isinstance(top, list):
+            return []
     pairs = []
     for alt in top:
         if isinstance(alt, tuple):

@@ -44,7 +44,7 @@ from ..settings import JudgeSettings
 
 __all__ = ["Completion", "Transport", "LiteLLMTransport", "HTTPTransport", "HTTPStatusError",
            "OpenAICompatibleClient", "make_transport", "uses_direct_http", "status_of",
-           "CONFIG_SETTINGS", "chat_body", "completion_from_json"]
+           "CONFIG_SETTINGS", "chat_body", "completion_from_json", "answer_object"]
 
 #: litellm provider prefixes whose api_base speaks the OpenAI chat API as is.
 _OPENAI_COMPATIBLE = ("openai/", "hosted_vllm/")
@@ -231,6 +231,9 @@ class HTTPTransport:
         key = settings.api_key.get_secret_value() if settings.api_key is not None else None
         self._client = OpenAICompatibleClient(str(settings.api_base), api_key=key)
         self._logprobs = settings.logprobs
+        # Imported here: the typed answer reader builds on this module's Completion.
+        from .answers import decode_completion
+        self._decode = decode_completion
 
     @property
     def asks_logprobs(self) -> bool:
@@ -241,17 +244,17 @@ class HTTPTransport:
                        max_tokens: int | None = None) -> Completion:
         body = chat_body(self._settings, messages, response_format, max_tokens,
                          logprobs=self._logprobs)
-        return completion_from_json(await self._send(body))
+        return await self._send(body)
 
-    async def _send(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _send(self, body: dict[str, Any]) -> Completion:
         timeout = self._settings.timeout
         try:
-            return await self._client.complete(body, timeout=timeout)
+            return self._decode(*await self._client.post(body, timeout=timeout))
         except HTTPStatusError as exc:
             if "logprobs" not in body or not _refuses_logprobs(exc):
                 raise
         self._logprobs = False  # refused once: never asked for again
-        return await self._client.complete(_without_logprobs(body), timeout=timeout)
+        return self._decode(*await self._client.post(_without_logprobs(body), timeout=timeout))
 
     def is_transient(self, exc: BaseException) -> bool:
         return _transient(exc)
@@ -276,6 +279,19 @@ def chat_body(settings: JudgeSettings, messages: Messages, response_format: dict
     if logprobs:
         body.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
     return body
+
+
+def answer_object(status: int, raw: bytes) -> dict[str, Any]:
+    """An answer body decoded; one that is not a JSON object is an
+    :class:`HTTPStatusError` with ``status``, quoting its start."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        raise HTTPStatusError(status, "response body is not a JSON object: "
+                              + raw[:200].decode("utf-8", "replace"))
+    return data
 
 
 def completion_from_json(data: dict[str, Any]) -> Completion:
@@ -376,22 +392,20 @@ class OpenAICompatibleClient:
             self._loop = loop
         return self._session
 
-    async def complete(self, body: dict[str, Any], *, timeout: float) -> dict[str, Any]:
-        """The decoded JSON response of one chat completion request."""
+    async def post(self, body: dict[str, Any], *, timeout: float) -> tuple[int, bytes]:
+        """The status and undecoded body of one request's answer (an error
+        status raises :class:`HTTPStatusError`)."""
         session = self._session_for_this_loop()
         async with session.post(self.url, data=orjson.dumps(body),
                                 timeout=aiohttp.ClientTimeout(total=timeout)) as response:
             raw = await response.read()
             if response.status >= 400:
                 raise HTTPStatusError(response.status, raw.decode("utf-8", "replace"))
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            data = None
-        if not isinstance(data, dict):
-            raise HTTPStatusError(response.status, "response body is not a JSON object: "
-                                  + raw[:200].decode("utf-8", "replace"))
-        return data
+        return response.status, raw
+
+    async def complete(self, body: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+        """The decoded JSON response of one chat completion request."""
+        return answer_object(*await self.post(body, timeout=timeout))
 
     async def aclose(self) -> None:
         """Close the pool (idempotent)."""
