@@ -32,6 +32,8 @@ KINDS = ("guardrail", "faust", "raw")
 
 
 SKIP = 1.0
+#: How long ``--profile`` samples each worker (``--profile-seconds``).
+PROFILE_SECONDS = 10.0
 
 
 def run_kind(kind: str, bootstrap: str, api_base: str, tmp: Path, n: int, *,
@@ -52,7 +54,7 @@ def run_kind(kind: str, bootstrap: str, api_base: str, tmp: Path, n: int, *,
         cpu.sample(count)
         if profile and not profiling and count > 0:
             name = f"profile-ceiling-{kind}{'-' + experiment if experiment else ''}.txt"
-            profiling.append(prof.start(proc.pid, 10, RESULTS / name))
+            profiling.append(prof.start(proc.pid, PROFILE_SECONDS, RESULTS / name))
 
     try:
         stamps = collect(bootstrap, env.topic("results"), n, timeout, progress,
@@ -101,11 +103,14 @@ def rows(runs: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def main() -> int:
+    global PROFILE_SECONDS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20_000, help="backlog size")
     parser.add_argument("--seconds", type=float, default=20.0, help="longest measured span")
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--profile", action="store_true", help="py-spy the workers")
+    parser.add_argument("--profile-seconds", type=float, default=PROFILE_SECONDS,
+                        help="how long --profile samples each worker")
     parser.add_argument("--bootstrap", help="use this broker instead of a fresh one")
     parser.add_argument("--broker", choices=BROKERS, default="embedded",
                         help="the fresh broker: embedded (default) or Apache Kafka")
@@ -114,6 +119,7 @@ def main() -> int:
                         help="a worker setting for every kind, e.g. judgment_bundles=false")
     args = parser.parse_args()
     settings = dict(pair.split("=", 1) for pair in args.set)
+    PROFILE_SECONDS = args.profile_seconds
     info = meta()  # load and commit before the run
     info["broker"] = args.bootstrap or broker_label(args.broker)
     info["settings"] = settings
