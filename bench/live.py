@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -163,7 +164,8 @@ def worker(rig: Rig, name: str, **settings: Any) -> Any:
     folder.mkdir(parents=True)
     settings.setdefault("topic_partitions", PARTITIONS)
     env = new_env(bootstrap, api_base, folder, **settings)
-    proc = start_process(env, "guardrail")
+    # BENCH_EXPERIMENT: a patch from bench/worker_exp.py for every worker of the run.
+    proc = start_process(env, "guardrail", os.environ.get("BENCH_EXPERIMENT", ""))
     try:
         if not poll(lambda: proc.poll() is not None or _healthy(proc.web_port), 120) \
                 or proc.poll() is not None:

@@ -215,7 +215,15 @@ def uvloop_loop() -> None:
     uvloop.install()
 
 
-EXPERIMENTS = {"uvloop": uvloop_loop, "gc_time": gc_time, "gc_relaxed": gc_relaxed, "stub_judge": stub_judge, "litellm": via_litellm,
+def producer_buffer() -> None:
+    """Faust's producer buffer (table changelog writes) lets 2,000 messages wait
+    before it holds the streams, not 100: each hold flushes message by message."""
+    from faust.transport.producer import ProducerBuffer
+
+    ProducerBuffer.max_messages = 2_000
+
+
+EXPERIMENTS = {"producer_buffer": producer_buffer, "uvloop": uvloop_loop, "gc_time": gc_time, "gc_relaxed": gc_relaxed, "stub_judge": stub_judge, "litellm": via_litellm,
                "faust_fetch_wait": faust_fetch_wait, "no_windows": no_windows,
                "litellm_at_start": litellm_at_start,
                "tracemalloc": trace_memory, "objects": count_objects}
