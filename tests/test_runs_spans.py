@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orjson
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -392,6 +393,9 @@ def test_run_spans_round_trip_through_bytes():
         assert RunSpan.from_bytes(raw) == span
         assert span.size == len(raw)
     assert b" " not in spans[0].to_bytes().split(b'"name"')[0]  # compact
+    bare = RunSpan(spans[0].trace_id, spans[0].span_id, None, "x", "llm", 1, 2)
+    assert set(orjson.loads(bare.to_bytes())) == {  # fields at their defaults left out
+        "trace_id", "span_id", "name", "kind", "start_ns", "end_ns"}
 
 
 @pytest.mark.parametrize("raw, problem", [

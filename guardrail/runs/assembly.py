@@ -20,7 +20,7 @@ spans' own timestamps: settle and idle measure quiet on the stream.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 import orjson
@@ -80,7 +80,9 @@ class RunHeader:
         return self.dropped > 0
 
     def to_bytes(self) -> bytes:
-        return orjson.dumps({k: v for k, v in asdict(self).items() if v not in (None, 0)
+        # Read field by field: asdict deep-copies, and a header is written per span.
+        return orjson.dumps({k: v for k in _HEADER_FIELDS
+                             if (v := getattr(self, k)) not in (None, 0)
                              or k in ("trace_id", "state")})
 
     @classmethod
@@ -90,6 +92,12 @@ class RunHeader:
             return cls(**data)
         except (orjson.JSONDecodeError, TypeError) as exc:
             raise ValueError(f"not a run header: {exc}") from None
+
+
+
+
+#: RunHeader's fields in order, read once (see RunHeader.to_bytes).
+_HEADER_FIELDS = tuple(f.name for f in fields(RunHeader))
 
 
 def due(header: RunHeader, *, now_ms: int, limits: RunLimits) -> RunStatus | None:
