@@ -7,7 +7,9 @@ answering at once) is driven by a bare aiohttp client in this process with
 the request the worker sends for one message (bias + toxicity in one call,
 log-probabilities on). Judge and client get a core each, so the figure is the
 most the judge can answer on this machine: an upper bound for any worker
-judging one call per message against it, whatever the worker does.
+judging one call per message against it, whatever the worker does. It also
+prints the client's CPU per call (this process's user + system time over the
+calls): what one judge call over aiohttp costs any worker, before judging.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def request_body() -> bytes:
 async def drive(api_base: str, seconds: float, clients: int) -> dict[str, float]:
     body, url = request_body(), api_base.rstrip("/") + "/chat/completions"
     answered, answer_bytes = 0, 0
+    cpu_before = time.process_time()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                      headers={"Content-Type": "application/json"}) as session:
         deadline = time.monotonic() + seconds
@@ -53,7 +56,8 @@ async def drive(api_base: str, seconds: float, clients: int) -> dict[str, float]
 
         await asyncio.gather(*(client() for _ in range(clients)))
     return {"calls_per_s": answered / seconds, "answer_bytes": answer_bytes,
-            "request_bytes": len(body)}
+            "request_bytes": len(body),
+            "client_cpu_ms_per_call": (time.process_time() - cpu_before) * 1000 / answered}
 
 
 def main() -> int:
@@ -65,7 +69,8 @@ def main() -> int:
         figures = asyncio.run(drive(judge.api_base, args.seconds, args.clients))
     print(f"bench judge alone: {figures['calls_per_s']:.0f} calls/s "
           f"({args.clients} in flight; request {figures['request_bytes']} bytes, "
-          f"answer {figures['answer_bytes']} bytes)")
+          f"answer {figures['answer_bytes']} bytes); client CPU "
+          f"{figures['client_cpu_ms_per_call']:.3f} ms per call")
     return 0
 
 

@@ -1,0 +1,87 @@
+"""CPU per judged message of the judging path alone, in this process: no Kafka.
+
+    python bench/judging_cpu.py [--messages 3000] [--profile]
+
+``MessageJudge.process`` (decode, prompt, judge call over HTTP, answer with
+log-probabilities, scoring, result and judgment records, /metrics) is driven
+with the benchmark's distinct cases in batches, four batches at a time, against
+the stand-in judge answering at once in its own process
+(``bench/judge_proc.py``), after 500 cases of warm-up and the heap frozen as a
+worker freezes it. The figure is this process's CPU time (user + system) per
+message: the part of a worker's cost that is guardrail's own and not Faust's,
+comparable between two versions of the code run one after the other.
+``--profile`` prints cProfile's top functions (self time) as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import os
+import pstats
+import time
+
+from common import JudgeProc, cases
+
+from guardrail.evaluate import build_evaluator
+from guardrail.settings import load_settings
+from guardrail.stream.envelope import Source
+from guardrail.stream.processing import MessageJudge, RawMessage
+
+WARM_UP = 500
+BATCH = 25
+IN_FLIGHT = 4
+
+
+def raw_messages(n: int) -> list[RawMessage]:
+    return [RawMessage(value=value, source=Source("in", 0, i, timestamp_ms=1_700_000_000_000 + i,
+                                                  key=key, headers=()))
+            for i, (key, value, _) in enumerate(cases(n, prefix="cpu"))]
+
+
+async def measure(api_base: str, n: int, profiler: cProfile.Profile | None) -> dict[str, float]:
+    settings = load_settings(environ={**os.environ, "GUARDRAIL_JUDGE_MODEL": "openai/test-judge",
+                                      "GUARDRAIL_JUDGE_API_BASE": api_base,
+                                      "GUARDRAIL_JUDGE_API_KEY": "bench"})
+    evaluator = build_evaluator(settings)
+    judge = MessageJudge.from_settings(evaluator, settings)
+    messages = raw_messages(WARM_UP + n)
+    for i in range(0, WARM_UP, BATCH):
+        await judge.process(messages[i:i + BATCH])
+    messages = messages[WARM_UP:]
+    gc.collect()
+    gc.freeze()
+    cpu, wall = time.process_time(), time.perf_counter()
+    if profiler is not None:
+        profiler.enable()
+    step = BATCH * IN_FLIGHT
+    for i in range(0, n, step):
+        await asyncio.gather(*(judge.process(messages[j:j + BATCH])
+                               for j in range(i, min(n, i + step), BATCH)))
+    if profiler is not None:
+        profiler.disable()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    await evaluator.aclose()
+    return {"cpu_ms_per_msg": cpu * 1000 / n, "msgs_per_s": n / wall}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=3000)
+    parser.add_argument("--profile", action="store_true", help="cProfile's top functions too")
+    args = parser.parse_args()
+    profiler = cProfile.Profile() if args.profile else None
+    with JudgeProc(0) as judge_proc:
+        figures = asyncio.run(measure(judge_proc.api_base, args.messages, profiler))
+    print(f"judging path alone: {figures['cpu_ms_per_msg']:.3f} ms CPU per message, "
+          f"{figures['msgs_per_s']:.0f} msgs/s ({args.messages} messages"
+          f"{', under cProfile' if profiler else ''})")
+    if profiler is not None:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
