@@ -1,6 +1,7 @@
 """CPU per judged message of the judging path alone, in this process: no Kafka.
 
-    python bench/judging_cpu.py [--messages 3000] [--profile]
+    python bench/judging_cpu.py [--messages 3000]
+    py-spy record -f raw -o judging.txt -- python bench/judging_cpu.py   # where it goes
 
 ``MessageJudge.process`` (decode, prompt, judge call over HTTP, answer with
 log-probabilities, scoring, result and judgment records, /metrics) is driven
@@ -10,17 +11,15 @@ the stand-in judge answering at once in its own process
 worker freezes it. The figure is this process's CPU time (user + system) per
 message: the part of a worker's cost that is guardrail's own and not Faust's,
 comparable between two versions of the code run one after the other.
-``--profile`` prints cProfile's top functions (self time) as well.
+(cProfile cannot run here: ``bench/profile.py`` shadows the module it imports.)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import cProfile
 import gc
 import os
-import pstats
 import time
 
 from common import JudgeProc, cases
@@ -41,7 +40,7 @@ def raw_messages(n: int) -> list[RawMessage]:
             for i, (key, value, _) in enumerate(cases(n, prefix="cpu"))]
 
 
-async def measure(api_base: str, n: int, profiler: cProfile.Profile | None) -> dict[str, float]:
+async def measure(api_base: str, n: int) -> dict[str, float]:
     settings = load_settings(environ={**os.environ, "GUARDRAIL_JUDGE_MODEL": "openai/test-judge",
                                       "GUARDRAIL_JUDGE_API_BASE": api_base,
                                       "GUARDRAIL_JUDGE_API_KEY": "bench"})
@@ -54,14 +53,10 @@ async def measure(api_base: str, n: int, profiler: cProfile.Profile | None) -> d
     gc.collect()
     gc.freeze()
     cpu, wall = time.process_time(), time.perf_counter()
-    if profiler is not None:
-        profiler.enable()
     step = BATCH * IN_FLIGHT
     for i in range(0, n, step):
         await asyncio.gather(*(judge.process(messages[j:j + BATCH])
                                for j in range(i, min(n, i + step), BATCH)))
-    if profiler is not None:
-        profiler.disable()
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     await evaluator.aclose()
     return {"cpu_ms_per_msg": cpu * 1000 / n, "msgs_per_s": n / wall}
@@ -70,16 +65,11 @@ async def measure(api_base: str, n: int, profiler: cProfile.Profile | None) -> d
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=3000)
-    parser.add_argument("--profile", action="store_true", help="cProfile's top functions too")
     args = parser.parse_args()
-    profiler = cProfile.Profile() if args.profile else None
     with JudgeProc(0) as judge_proc:
-        figures = asyncio.run(measure(judge_proc.api_base, args.messages, profiler))
+        figures = asyncio.run(measure(judge_proc.api_base, args.messages))
     print(f"judging path alone: {figures['cpu_ms_per_msg']:.3f} ms CPU per message, "
-          f"{figures['msgs_per_s']:.0f} msgs/s ({args.messages} messages"
-          f"{', under cProfile' if profiler else ''})")
-    if profiler is not None:
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+          f"{figures['msgs_per_s']:.0f} msgs/s ({args.messages} messages)")
     return 0
 
 
