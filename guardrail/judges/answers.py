@@ -1,32 +1,105 @@
-"""A chat-completions answer decoded straight into a :class:`Completion`.
+"""Judge answers read into :class:`Completion`: the plain reader and a typed one.
 
-An answer with log-probabilities is mostly its tokens: every token with its
-bytes and its top alternatives, ~9 KB and over a thousand Python objects for a
-two-metric verdict, of which only the few tokens at a verdict are ever read.
-Decoding it into dicts was the largest single cost of a judged message. Here
-the answer is decoded into typed records, and each token's alternatives stay
-undecoded JSON (:class:`msgspec.Raw`) until :func:`~.probability.top_pairs`
-reads them::
+``completion_from_json`` reads an answer already decoded into dicts (the
+batch API's lines; litellm's objects are read by its transport).
+``decode_completion`` reads an answer body as the direct HTTP transport
+receives it. An answer with log-probabilities is mostly its tokens: every
+token with its bytes and its top alternatives, ~9 KB and over a thousand
+Python objects for a two-metric verdict, of which only the few tokens at a
+verdict are ever read. Decoding it into dicts was the largest single cost of
+a judged message, so it is decoded into typed records instead, each token's
+alternatives left as undecoded JSON (:class:`msgspec.Raw`) until
+:func:`~.probability.top_pairs` reads them::
 
-    completion = decode_completion(200, raw_body)   # -> Completion(content, tokens, ...)
+    completion = decode_completion(200, raw_body)   # -> Completion(content, ...)
+    completion = completion_from_json(orjson.loads(raw_body))   # the same
 
-An answer of another shape (a missing field, a token that is not a string, a
-body that is not an object) falls back to the plain decoder and
-:func:`~.transports.completion_from_json`, so what it yields, and every error
-it raises, is what it was before this fast path existed.
+An answer of another shape (a missing field, a token that is not a string)
+goes through the plain reader, so what it yields is what the plain reader
+yields; a body that is not a JSON object is an :class:`HTTPStatusError`.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import orjson
 
-from .probability import TokenLogprob, _token_bytes
-from .transports import Completion, _cached_count, _count, answer_object, completion_from_json
+from .probability import TokenLogprob, _token_bytes, read_logprobs
 
-__all__ = ["decode_completion"]
+__all__ = ["Completion", "HTTPStatusError", "decode_completion", "completion_from_json",
+           "answer_object"]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What one call returned: the answer text (None if absent) and token counts.
+
+    ``cached_tokens`` is the part of ``prompt_tokens`` the provider read from
+    its prompt cache (OpenAI, vLLM and llama.cpp report it as
+    ``usage.prompt_tokens_details.cached_tokens``; Anthropic as
+    ``cache_read_input_tokens``, which litellm maps there too). ``logprobs``:
+    the answer's tokens from ``choices[0].logprobs.content`` (None: not
+    asked for, or the provider sent none).
+    """
+
+    content: Any
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+class HTTPStatusError(Exception):
+    """The server answered with an HTTP error status."""
+
+    def __init__(self, status_code: int, body: str) -> None:
+        super().__init__(" ".join(body.split())[:300])
+        self.status_code = status_code
+
+
+def answer_object(status: int, raw: bytes) -> dict[str, Any]:
+    """An answer body decoded; one that is not a JSON object is an
+    :class:`HTTPStatusError` with ``status``, quoting its start."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        raise HTTPStatusError(status, "response body is not a JSON object: "
+                              + raw[:200].decode("utf-8", "replace"))
+    return data
+
+
+def completion_from_json(data: dict[str, Any]) -> Completion:
+    """A chat-completions answer as a :class:`Completion` (missing parts None or 0)."""
+    tokens = data["usage"] if isinstance(data.get("usage"), dict) else {}
+    try:
+        choice = data["choices"][0]
+        content = choice["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        choice = content = None
+    logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+    return Completion(content, _count(tokens.get("prompt_tokens")),
+                      _count(tokens.get("completion_tokens")), _cached_count(data, tokens),
+                      read_logprobs(logprobs))
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _cached_count(data: dict[str, Any], tokens: dict[str, Any]) -> int:
+    """Cached prompt tokens: the OpenAI field, else llama.cpp's ``timings.cache_n``
+    (older llama.cpp servers report only the latter; the bundled one both)."""
+    details = tokens.get("prompt_tokens_details")
+    if isinstance(details, dict) and "cached_tokens" in details:
+        return _count(details["cached_tokens"])
+    timings = data.get("timings")
+    return _count(timings.get("cache_n")) if isinstance(timings, dict) else 0
 
 
 class _Token(msgspec.Struct, gc=False):

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import re
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiohttp
@@ -39,7 +38,9 @@ import orjson
 
 from .._litellm import litellm
 from ..errors import ConfigError
-from .probability import TOP_LOGPROBS, TokenLogprob, read_logprobs
+from .answers import (Completion, HTTPStatusError, _count, answer_object, completion_from_json,
+                      decode_completion)
+from .probability import TOP_LOGPROBS, read_logprobs
 from ..settings import JudgeSettings
 
 __all__ = ["Completion", "Transport", "LiteLLMTransport", "HTTPTransport", "HTTPStatusError",
@@ -62,25 +63,6 @@ _MISSING_KEY = re.compile(r"missing (?:[\w-]+ )?(?:credentials|api[ _-]?key)"
 _NO_PROVIDER = re.compile(r"LLM Provider NOT provided", re.IGNORECASE)
 
 Messages = list[dict[str, str]]
-
-
-@dataclass(frozen=True)
-class Completion:
-    """What one call returned: the answer text (None if absent) and token counts.
-
-    ``cached_tokens`` is the part of ``prompt_tokens`` the provider read from
-    its prompt cache (OpenAI, vLLM and llama.cpp report it as
-    ``usage.prompt_tokens_details.cached_tokens``; Anthropic as
-    ``cache_read_input_tokens``, which litellm maps there too). ``logprobs``:
-    the answer's tokens from ``choices[0].logprobs.content`` (None: not
-    asked for, or the provider sent none).
-    """
-
-    content: Any
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 class Transport(Protocol):
@@ -231,9 +213,6 @@ class HTTPTransport:
         key = settings.api_key.get_secret_value() if settings.api_key is not None else None
         self._client = OpenAICompatibleClient(str(settings.api_base), api_key=key)
         self._logprobs = settings.logprobs
-        # Imported here: the typed answer reader builds on this module's Completion.
-        from .answers import decode_completion
-        self._decode = decode_completion
 
     @property
     def asks_logprobs(self) -> bool:
@@ -249,12 +228,13 @@ class HTTPTransport:
     async def _send(self, body: dict[str, Any]) -> Completion:
         timeout = self._settings.timeout
         try:
-            return self._decode(*await self._client.post(body, timeout=timeout))
+            return decode_completion(*await self._client.post(body, timeout=timeout))
         except HTTPStatusError as exc:
             if "logprobs" not in body or not _refuses_logprobs(exc):
                 raise
         self._logprobs = False  # refused once: never asked for again
-        return self._decode(*await self._client.post(_without_logprobs(body), timeout=timeout))
+        return decode_completion(*await self._client.post(_without_logprobs(body),
+                                                         timeout=timeout))
 
     def is_transient(self, exc: BaseException) -> bool:
         return _transient(exc)
@@ -281,33 +261,6 @@ def chat_body(settings: JudgeSettings, messages: Messages, response_format: dict
     return body
 
 
-def answer_object(status: int, raw: bytes) -> dict[str, Any]:
-    """An answer body decoded; one that is not a JSON object is an
-    :class:`HTTPStatusError` with ``status``, quoting its start."""
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        data = None
-    if not isinstance(data, dict):
-        raise HTTPStatusError(status, "response body is not a JSON object: "
-                              + raw[:200].decode("utf-8", "replace"))
-    return data
-
-
-def completion_from_json(data: dict[str, Any]) -> Completion:
-    """A chat-completions answer as a :class:`Completion` (missing parts None or 0)."""
-    tokens = data["usage"] if isinstance(data.get("usage"), dict) else {}
-    try:
-        choice = data["choices"][0]
-        content = choice["message"]["content"]
-    except (KeyError, IndexError, TypeError):
-        choice = content = None
-    logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
-    return Completion(content, _count(tokens.get("prompt_tokens")),
-                      _count(tokens.get("completion_tokens")), _cached_count(data, tokens),
-                      read_logprobs(logprobs))
-
-
 def _litellm_takes_logprobs(model: str) -> bool:
     try:
         params = litellm().get_supported_openai_params(model=model)
@@ -318,20 +271,6 @@ def _litellm_takes_logprobs(model: str) -> bool:
 
 def _without_logprobs(request: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in request.items() if k not in ("logprobs", "top_logprobs")}
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0
-
-
-def _cached_count(data: dict[str, Any], tokens: dict[str, Any]) -> int:
-    """Cached prompt tokens: the OpenAI field, else llama.cpp's ``timings.cache_n``
-    (older llama.cpp servers report only the latter; the bundled one both)."""
-    details = tokens.get("prompt_tokens_details")
-    if isinstance(details, dict) and "cached_tokens" in details:
-        return _count(details["cached_tokens"])
-    timings = data.get("timings")
-    return _count(timings.get("cache_n")) if isinstance(timings, dict) else 0
 
 
 def uses_direct_http(transport: str, model: str, api_base: str | None) -> bool:
@@ -354,14 +293,6 @@ def make_transport(settings: JudgeSettings) -> Transport:
     if uses_direct_http(settings.transport, settings.model, settings.api_base):
         return HTTPTransport(settings)
     return LiteLLMTransport(settings)
-
-
-class HTTPStatusError(Exception):
-    """The server answered with an HTTP error status."""
-
-    def __init__(self, status_code: int, body: str) -> None:
-        super().__init__(" ".join(body.split())[:300])
-        self.status_code = status_code
 
 
 class OpenAICompatibleClient:

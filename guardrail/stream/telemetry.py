@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram,
                                generate_latest)
@@ -21,6 +21,14 @@ if TYPE_CHECKING:
     from ..models import RedteamMetrics
 
 __all__ = ["Telemetry", "CONTENT_TYPE_LATEST"]
+
+
+class _JudgedSeries(NamedTuple):
+    """The series of :meth:`Telemetry.count_judged` that have fixed labels."""
+
+    cases: Any
+    input_tokens: Any
+    output_tokens: Any
 
 
 class Telemetry:
@@ -183,9 +191,10 @@ class Telemetry:
             self.tokens.labels(direction=direction)
         # The series every judged case counts in, looked up once: a labels()
         # call per case and metric was a measurable share of a judged message.
-        self._judged = self.messages.labels(outcome="judged")
-        self._input_tokens = self.tokens.labels(direction="input")
-        self._output_tokens = self.tokens.labels(direction="output")
+        # Held in a tuple: the attributes that are metrics are the families.
+        self._judged_series = _JudgedSeries(self.messages.labels(outcome="judged"),
+                                            self.tokens.labels(direction="input"),
+                                            self.tokens.labels(direction="output"))
         for state in ("throttled", "restored"):
             self.budget_alerts.labels(state=state)
         for reason in ("queue_full", "export_failed", "shutdown", "invalid"):
@@ -213,15 +222,16 @@ class Telemetry:
         """Count one judged case: its verdicts per group and ``unit`` (``turn``, or
         ``session`` for a session judgment), tokens, cost, cache hits, and with a
         cascade (``escalation_model``) which stage decided."""
-        self._judged.inc()
+        series = self._judged_series
+        series.cases.inc()
         group = self.groups.group_of(metadata, unit=unit)
         for m in metrics.metrics:
             verdict = "error" if m.error else ("unsafe" if m.unsafe else "safe")
             self.groups.count(m.name, verdict, group)
             self.dropped_spans.inc(m.dropped_spans)
             self.cache_hits.inc(m.cached)
-            self._input_tokens.inc(m.input_tokens)
-            self._output_tokens.inc(m.output_tokens)
+            series.input_tokens.inc(m.input_tokens)
+            series.output_tokens.inc(m.output_tokens)
             self.cached_tokens.inc(m.cached_tokens)
             if m.cost is None:
                 self.unpriced.inc()
