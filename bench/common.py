@@ -34,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from aiokafka import AIOKafkaConsumer  # noqa: E402
 
+from cpu_sampler import cpu_seconds  # noqa: E402
+
 from guardrail.kafka.broker import EmbeddedBroker, free_port  # noqa: E402
 from guardrail.kafka.topics import ensure_topics  # noqa: E402
 from guardrail.settings import load_settings  # noqa: E402
@@ -276,16 +278,6 @@ def rss_mb(pid: int) -> float | None:
     except OSError:
         return None
     return None
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process and all its threads (Linux /proc),
-    None once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class CpuPerRecord:

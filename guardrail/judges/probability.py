@@ -108,8 +108,7 @@ def read_logprobs(logprobs: Any) -> tuple[TokenLogprob, ...] | None:
         else:
             token, logprob = _get(item, "token"), _get(item, "logprob")
             top, raw = _get(item, "top_logprobs"), _get(item, "bytes")
-        if not isinstance(token, str) or not (type(logprob) is float and math.isfinite(logprob)
-                                              or _number(logprob)):
+        if not isinstance(token, str) or not _number(logprob):
             return None
         # The alternatives stay as sent: only the few tokens at a verdict are
         # ever read (see top_pairs), and converting all of them was most of

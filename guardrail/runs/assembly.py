@@ -94,8 +94,6 @@ class RunHeader:
             raise ValueError(f"not a run header: {exc}") from None
 
 
-
-
 #: RunHeader's fields in order, read once (see RunHeader.to_bytes).
 _HEADER_FIELDS = tuple(f.name for f in fields(RunHeader))
 
