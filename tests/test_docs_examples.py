@@ -41,6 +41,19 @@ def test_every_skipped_block_says_why():
             assert block.skip_reason is None or len(block.skip_reason) >= 8, \
                 f"{block.page}:{block.line}: say why the block cannot run here"
 
+def test_no_block_pipes_into_a_reader_that_stops_early():
+    # Pages run under `set -o pipefail`, as a careful user's scripts do: `grep -q`
+    # exits at its first match, the writer before it (curl) then dies of SIGPIPE,
+    # and the pipeline fails, so an `until ... | grep -q` loop spins on, for as long
+    # as the scheduler lets curl lose that race (once past the page's 180 s in CI).
+    early = re.compile(r"\|\s*(?:grep\s+(?:-\w*q|--quiet)|head\b)")
+    for blocks in BLOCKS.values():
+        for block in blocks:
+            if block.skip_reason is None and (found := early.search(block.code)):
+                pytest.fail(f"{block.page}:{block.line}: '{found.group(0)}' stops reading "
+                            "early; redirect a full read to /dev/null instead")
+
+
 
 def test_getting_started_and_the_readme_have_blocks_that_run():
     assert {"README.md", "docs/getting-started.md"} <= set(RUNNABLE)
