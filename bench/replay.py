@@ -3,6 +3,7 @@
     flock /tmp/guardrail-bench.lock python bench/replay.py [--messages 30000] [--broker apache]
     ... --no-worker          # skip the worker's run on the same input (ceiling.py's)
     ... --profile            # cProfile each pass (bench/results/profile-replay-*.txt)
+    ... --cached-passes 3    # the cached pass three times (its spread; A/B of two versions)
 
 A backlog of ``--messages`` distinct cases (no cache hits among them), the
 stand-in judge answering at once in its own process. ``guardrail replay
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import pstats
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -45,10 +47,10 @@ def run_pass(env: Any, name: str, n: int, *, profile: bool, timeout: float) -> d
         out = RESULTS / f"profile-replay-{name}.pstats"
         RESULTS.mkdir(parents=True, exist_ok=True)
         command = [PY, "-m", "cProfile", "-o", str(out), *command]
-    started = time.monotonic()
+    started, cpu = time.monotonic(), _children_cpu()
     proc = subprocess.run(command, env=env.env, capture_output=True, text=True, timeout=timeout,
                           check=False)
-    wall = time.monotonic() - started
+    wall, cpu = time.monotonic() - started, _children_cpu() - cpu
     if proc.returncode != 0:
         raise RuntimeError(f"replay {name} failed: {proc.stderr[-2000:]}")
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -57,12 +59,19 @@ def run_pass(env: Any, name: str, n: int, *, profile: bool, timeout: float) -> d
     out_run = {"pass": name, "command": " ".join(command[-6:]), "msgs_per_s": steady["rate"],
                "measured_records": steady["records"], "measured_seconds": steady["span_s"],
                "wall_seconds": round(wall, 1), "wall_msgs_per_s": round(n / wall, 1),
+               # The command's own CPU (start-up included), not the broker's.
+               "cpu_seconds": round(cpu, 2), "cpu_ms_per_msg": round(cpu * 1000 / n, 3),
                "results": summary["results"], "judged": summary["judged"],
                "cached": summary["cached"], "errors": summary["errors"],
                "progress_tail": proc.stderr.strip().splitlines()[-3:]}
     if profile:
         _show_profile(RESULTS / f"profile-replay-{name}.pstats")
     return out_run
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _show_profile(path: Path) -> None:
@@ -75,15 +84,17 @@ def _show_profile(path: Path) -> None:
 
 
 def measure(bootstrap: str, api_base: str, tmp: Path, n: int, *, profile: bool = False,
-            timeout: float = 900) -> dict[str, Any]:
+            cached_passes: int = 1, timeout: float = 900) -> dict[str, Any]:
     env = new_env(bootstrap, api_base, tmp / "replay",
                   cache_path=tmp / "replay" / "judgments.sqlite")
     produce_values(bootstrap, env.topic("input"), cases(n, prefix="replay"))
     runs = {}
-    for name in ("first", "cached"):
+    extra = [f"cached{k}" for k in range(2, cached_passes + 1)]
+    for name in ("first", "cached", *extra):
         runs[name] = r = run_pass(env, name, n, profile=profile, timeout=timeout)
-        print(f"  replay {name:<7} {r['msgs_per_s']:8.0f} msgs/s  ({r['measured_records']} "
+        print(f"  replay {name:<8} {r['msgs_per_s']:8.0f} msgs/s  ({r['measured_records']} "
               f"records in {r['measured_seconds']}s; {r['wall_seconds']}s wall, "
+              f"{r['cpu_ms_per_msg']} ms CPU/msg, "
               f"judged {r['judged']}, cached {r['cached']})", flush=True)
     return runs
 
@@ -107,12 +118,15 @@ def main() -> int:
     parser.add_argument("--bootstrap", help="use this broker instead of a fresh one")
     parser.add_argument("--no-worker", action="store_true", help="skip the worker's run")
     parser.add_argument("--profile", action="store_true", help="cProfile each replay pass")
+    parser.add_argument("--cached-passes", type=int, default=1,
+                        help="cached passes to run (the table reports the first)")
     args = parser.parse_args()
     info = meta()
     info["broker"] = args.bootstrap or broker_label(args.broker)
     with tempfile.TemporaryDirectory() as tmp, \
             running_broker(args.bootstrap, args.broker) as bootstrap, JudgeProc(0) as judge:
-        runs = measure(bootstrap, judge.api_base, Path(tmp), args.messages, profile=args.profile)
+        runs = measure(bootstrap, judge.api_base, Path(tmp), args.messages, profile=args.profile,
+                       cached_passes=args.cached_passes)
         worker = None
         if not args.no_worker:
             runs["worker"] = w = ceiling.run_kind("guardrail", bootstrap, judge.api_base,

@@ -93,17 +93,14 @@ def _encode(result: MetricResult) -> bytes:
     return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
 
 
-#: A hit costs nothing: it reports the spend of this run, not of the original call.
-_HIT = {"cached": True, "input_tokens": 0, "output_tokens": 0, "cost": 0.0,
-        "dropped_spans": 0, "cached_tokens": 0, "judge_seconds": 0.0}
-
-
 def _hit(blob: bytes) -> MetricResult:
-    """A stored judgment as a cache hit, validated once (a copy with the hit's
-    fields cost as much again)."""
-    data = orjson.loads(blob)
-    data.update(_HIT)
-    return MetricResult.model_validate(data)
+    """A stored judgment as a cache hit. Read straight from its JSON (one pass,
+    where decoding then validating the dict took twice as long); a hit costs
+    nothing, so its spend is the defaults (zero), as what is stored holds no
+    spend: the fields that carry it are left out of the JSON (``exclude``)."""
+    result = MetricResult.model_validate_json(blob)
+    result.cached = True
+    return result
 
 
 class JudgmentCache(Protocol):

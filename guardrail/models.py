@@ -40,8 +40,7 @@ import re
 from typing import Any, Literal, get_args
 
 import orjson
-from pydantic import (BaseModel, ConfigDict, Field, ValidationInfo, field_validator,
-                      model_serializer, model_validator)
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from .formats.base import json_type
@@ -277,39 +276,36 @@ class Case(BaseModel):
         return bool(self.session and self.session.strip())
 
 
+def _absent(value: Any) -> bool:
+    return value is None
+
+
 class JudgeVerdict(BaseModel):
     """The validated verdict for one metric (``result[0]`` in the spec)."""
 
     model_config = ConfigDict(frozen=True)
 
-    severity: int | None = Field(default=None, description=(
+    # The spec distinguishes "absent" from null: severity only exists in
+    # scale_1_5 mode and reasoning only with include_reasoning; the two
+    # extensions only when configured. Left out per field (``exclude_if``): a
+    # serializer of the whole model, in Python, took twice as long per verdict.
+    severity: int | None = Field(default=None, exclude_if=_absent, description=(
         "``scale_1_5`` only: 1 (clearly safe) to 5 (severe); absent in binary mode."))
     verdict: Literal["SAFE", "UNSAFE"] = Field(description="UNSAFE exactly when not ``passed``.")
     passed: bool = Field(description="``score >= 0.6``.")
-    reasoning: str | None = Field(default=None, description=(
+    reasoning: str | None = Field(default=None, exclude_if=_absent, description=(
         "The judge's reasoning; present only with ``include_reasoning``."))
     violations: list[str] = Field(default=[], description=(
         "The rubric's violations the judge found."))
     evidence_spans: list[str] = Field(default=[], description=(
         "Exact quotes of the judged text backing an UNSAFE verdict (quotes not found "
         "in the text are dropped)."))
-    probability_unsafe: float | None = Field(default=None, description=(
+    probability_unsafe: float | None = Field(default=None, exclude_if=_absent, description=(
         "Beyond the spec: P(UNSAFE) from the judge's token probabilities; present "
         "only with ``include_probability`` and when the provider returned them."))
-    judge_model: str | None = Field(default=None, description=(
+    judge_model: str | None = Field(default=None, exclude_if=_absent, description=(
         "Beyond the spec: the model whose verdict stands; present only when a "
         "cascade is configured (``escalate_model``)."))
-
-    @model_serializer(mode="wrap")
-    def _drop_absent(self, handler: Any) -> dict[str, Any]:
-        # The spec distinguishes "absent" from null: severity only exists in
-        # scale_1_5 mode and reasoning only with include_reasoning; the two
-        # extensions only when configured.
-        data = handler(self)
-        for key in ("severity", "reasoning", "probability_unsafe", "judge_model"):
-            if data.get(key) is None:
-                data.pop(key, None)
-        return data
 
 
 class MetricResult(BaseModel):

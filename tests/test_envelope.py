@@ -3,6 +3,7 @@
 import base64
 import hashlib
 import json
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import orjson
@@ -10,9 +11,10 @@ import pytest
 
 from guardrail.models import CostEstimate, JudgeVerdict, MetricResult, RedteamMetrics
 from guardrail.inputs import default_case_id
+from guardrail.stream import envelope
 from guardrail.stream.envelope import (DLQ_MAX_ORIGINAL, BadInput, InputMessage, Source,
                                        bytes_from_text, decode_input, dlq_record, group_labels,
-                                       result_record, text_or_b64)
+                                       result_record, result_value, text_or_b64)
 
 LIMIT = 1_000_000
 NOON_MS = 1714564800000  # 2024-05-01T12:00:00Z
@@ -384,3 +386,25 @@ def test_a_case_id_of_its_own_wins_over_the_key():
     message = decode_input(_raw(case_id="mine", output="hi"), max_bytes=LIMIT,
                            source=Source("in", 0, 1, key=b"theirs"))
     assert message.case.case_id == "mine"
+
+
+@pytest.mark.parametrize("probability", [None, 0.3 + 0.6, 1e-05, 2.5e-07])
+def test_the_published_value_is_the_records_json_byte_for_byte(monkeypatch, probability):
+    # The worker and replay publish result_value; readers know result_record's shape.
+    monkeypatch.setattr(envelope, "now_ms", lambda: NOON_MS + 1)
+    verdict = JudgeVerdict(verdict="UNSAFE", passed=False, severity=4, reasoning="r \u2028 é",
+                           violations=["insult 😀"], evidence_spans=['"idiot"\\'],
+                           probability_unsafe=probability)
+    metrics = RedteamMetrics(
+        metrics=[MetricResult(name="toxicity", score=0.25, result=[verdict]),
+                 MetricResult(name="pii", score=None, error="judge timed out")],
+        cost=CostEstimate(cost=None, input_tokens=300, output_tokens=40))
+    source = Source("in", 1, 5, key=b"\xfe\xff", headers=HEADERS)
+    message = _decode(_raw(case_id="c8", output="you idiot", metadata={"model": "m"},
+                           conversation=[{"role": "user", "content": "hi"}], session_id="s1"))
+    message = replace(message, trace={"trace_id": "a" * 32, "span_id": "b" * 16})
+    for m in (metrics, _metrics()):
+        options = {"judge_model": "j", "event_time_ms": NOON_MS}
+        value = result_value(message, m, source, **options)
+        assert value == orjson.dumps(result_record(message, m, source, **options))
+        assert orjson.loads(value)["judged_at"] == "2024-05-01T12:00:00.001+00:00"

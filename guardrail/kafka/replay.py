@@ -22,6 +22,7 @@ from the start of the replayed range). The judge budget is the worker's only.
 from __future__ import annotations
 
 import asyncio
+import gc
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -199,6 +200,12 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
                                 **options)
     await consumer.start()
     await producer.start()
+    # What lives as long as the run (imports, schemas, clients) leaves the
+    # collector's walks, as in the worker (guardrail.agents.runner.settle_heap):
+    # a replay allocates a result's objects per message, so full collections
+    # come often, and each walked every one of them.
+    gc.collect()
+    gc.freeze()
     try:
         plan = await _plan(settings.kafka, consumer, topic, start_ms, end_ms)
         summary = ReplaySummary(topic=topic, results_topic=results_topic, dlq_topic=dlq_topic,

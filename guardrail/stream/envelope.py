@@ -28,15 +28,16 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from ..formats.base import InputDecoder, Notice, UndecodableRecord
 from ..formats.case import CaseDecoder, conversation_id
 from ..inputs import default_case_id, describe_validation
 from ..models import Case, RedteamMetrics
+from .event_time import now_ms, parse_event_time, utc_iso
 
 #: The ``conversation`` field's default budget (``conversation_max_chars``).
 DEFAULT_CONVERSATION_CHARS = 8000
@@ -44,6 +45,7 @@ _CASE_FORMAT = CaseDecoder()
 
 __all__ = ["Source", "Headers", "InputMessage", "BadInput", "DecodedRecord", "decode_input",
            "decode_record", "message_from_case", "trace_from_headers", "result_record",
+           "result_value",
            "dlq_record", "group_labels", "parse_event_time", "utc_iso", "text_or_b64",
            "bytes_from_text", "headers_map", "B64_PREFIX"]
 
@@ -167,37 +169,6 @@ class DecodedRecord:
     notices: tuple[Notice, ...] = ()
     #: Spans of agent runs the record held (assembled into runs elsewhere).
     run_spans: tuple[Any, ...] = ()
-
-
-def utc_iso(ms: int | float) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
-
-
-#: Epoch ms of 9999-12-31T23:59:59.999Z, the last instant datetime can show.
-_MAX_EVENT_MS = 253_402_300_799_999
-
-
-def parse_event_time(value: Any) -> int:
-    """Event time in epoch ms from seconds, milliseconds or an ISO-8601 string."""
-    if isinstance(value, bool):
-        raise ValueError("timestamp must be a number or an ISO-8601 string")
-    if isinstance(value, (int, float)):
-        # Seconds and milliseconds are both common; ms since 1970 passes 1e11 in 1973.
-        # round(): float seconds * 1000 can land just below the intended ms.
-        ms = round(value if value > 1e11 else value * 1000)
-    elif isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            raise ValueError(f"timestamp {value[:40]!r} is not ISO-8601") from None
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=timezone.utc)
-        ms = round(parsed.timestamp() * 1000)
-    else:
-        raise ValueError("timestamp must be a number or an ISO-8601 string")
-    if not 0 <= ms <= _MAX_EVENT_MS:
-        raise ValueError("timestamp is out of range (1970 to 9999)")
-    return ms
 
 
 def _metadata(value: Any) -> dict[str, str]:
@@ -348,16 +319,39 @@ def result_record(message: InputMessage, metrics: RedteamMetrics, source: Source
     """The results-topic value: the spec's RedteamMetrics plus identity fields
     (``case_id``, ``source``, and the input's ``key`` and ``headers``)."""
     record = metrics.model_dump(mode="json")
-    record.update({
+    record.update(_identity(message, source, judge_model=judge_model,
+                            event_time_ms=event_time_ms))
+    return record
+
+
+#: The spec's part of a result as JSON, from the model (pydantic's writer).
+_METRICS_JSON = RedteamMetrics.__pydantic_serializer__.to_json
+
+
+def result_value(message: InputMessage, metrics: RedteamMetrics, source: Source, *,
+                 judge_model: str, event_time_ms: int) -> bytes:
+    """:func:`result_record` as JSON, byte for byte, written in one pass: the
+    metrics straight from the model, the identity fields appended to them
+    (building the dict first, then writing it, cost a third more per result)."""
+    head = _METRICS_JSON(metrics)  # b'{"metrics":[...],"cost":{...}}'
+    tail = orjson.dumps(_identity(message, source, judge_model=judge_model,
+                                  event_time_ms=event_time_ms))
+    return b"%s,%s" % (head[:-1], tail[1:])
+
+
+def _identity(message: InputMessage, source: Source, *, judge_model: str,
+              event_time_ms: int) -> dict[str, Any]:
+    """What a result adds to the spec's RedteamMetrics, in the record's order."""
+    record = {
         "case_id": message.case.case_id,
         "metadata": message.metadata,
         "judge_model": judge_model,
         "event_time": utc_iso(event_time_ms),
-        "judged_at": utc_iso(datetime.now(timezone.utc).timestamp() * 1000),
+        "judged_at": utc_iso(now_ms()),
         "source": source.as_dict(),
         "key": text_or_b64(source.key),
         "headers": headers_map(source.headers),
-    })
+    }
     if message.trace is not None:
         record["trace"] = message.trace
     if message.run is not None:
@@ -381,7 +375,7 @@ def dlq_record(reason: str, raw: bytes | None, source: Source) -> dict[str, Any]
         "headers": headers_map(source.headers),
         "size": len(raw),
         "sha256": hashlib.sha256(raw).hexdigest(),
-        "failed_at": utc_iso(datetime.now(timezone.utc).timestamp() * 1000),
+        "failed_at": utc_iso(now_ms()),
     }
     if len(raw) <= DLQ_MAX_ORIGINAL:
         record["value_base64"] = base64.b64encode(raw).decode()

@@ -44,7 +44,7 @@ from ..settings import KafkaSettings, ReviewSettings, Settings, WindowSettings, 
 from .budget import BudgetGovernor
 from .envelope import (DEFAULT_CONVERSATION_CHARS, BadInput, DecodedRecord, Headers,
                        InputMessage, Source, decode_record, dlq_record, group_labels,
-                       result_record)
+                       result_value)
 from .events import JudgmentEvent, Status, encode_bundle
 from .sampling import Sampler
 from .session_turns import (TURN_HEADERS, counts_in_windows, message_unit, turn_record_value,
@@ -323,13 +323,12 @@ class MessageJudge:
                  metrics: RedteamMetrics, events: list[JudgmentEvent]) -> list[Outgoing]:
         """A judged case's result (and review item); its events go to ``events``."""
         event_ms = _event_ms(source, message)
-        record = result_record(message, metrics, source, event_time_ms=event_ms,
-                               judge_model=self.evaluator.judge.model)
+        value = result_value(message, metrics, source, event_time_ms=event_ms,
+                             judge_model=self.evaluator.judge.model)
         # Keyed by case_id, which decoding always set (the case's own, else
         # the input's key, else its coordinates).
         key = (message.case.case_id or source.coordinates).encode()
-        records = [Outgoing(self.results_topic, key, orjson.dumps(record),
-                            headers=raw.source.headers)]
+        records = [Outgoing(self.results_topic, key, value, headers=raw.source.headers)]
         self._count(metrics, message)
         if self.exporter is not None:
             self.exporter.export_result(metrics, message, event_time_ms=event_ms)
