@@ -45,9 +45,8 @@ _CASE_FORMAT = CaseDecoder()
 
 __all__ = ["Source", "Headers", "InputMessage", "BadInput", "DecodedRecord", "decode_input",
            "decode_record", "message_from_case", "trace_from_headers", "result_record",
-           "result_value",
-           "dlq_record", "group_labels", "parse_event_time", "utc_iso", "text_or_b64",
-           "bytes_from_text", "headers_map", "B64_PREFIX"]
+           "result_value", "dlq_record", "group_labels", "parse_event_time", "utc_iso",
+           "text_or_b64", "bytes_from_text", "headers_map", "B64_PREFIX"]
 
 #: Originals up to this size travel whole on the DLQ; larger ones as an excerpt.
 DLQ_MAX_ORIGINAL = 256 * 1024

@@ -35,10 +35,6 @@ def _utc_second(second: int) -> str:
     return datetime.fromtimestamp(second, tz=timezone.utc).replace(tzinfo=None).isoformat()
 
 
-#: Epoch ms of 9999-12-31T23:59:59.999Z, the last instant datetime can show.
-_MAX_EVENT_MS = 253_402_300_799_999
-
-
 def parse_event_time(value: Any) -> int:
     """Event time in epoch ms from seconds, milliseconds or an ISO-8601 string."""
     if isinstance(value, bool):
