@@ -28,13 +28,14 @@ import asyncio
 import gc
 import os
 import time
+from collections.abc import Awaitable, Callable
 
 from common import JudgeProc, cases
 
 from guardrail.cache import BatchedCache, MemoryCache
 from guardrail.evaluate import build_evaluator
 from guardrail.kafka import replay
-from guardrail.settings import load_settings
+from guardrail.settings import Settings, load_settings
 from guardrail.stream.envelope import Source
 from guardrail.stream.processing import MessageJudge, RawMessage
 
@@ -49,32 +50,45 @@ def raw_messages(n: int) -> list[RawMessage]:
             for i, (key, value, _) in enumerate(cases(n, prefix="cpu"))]
 
 
+def _settings(api_base: str) -> Settings:
+    return load_settings(environ={**os.environ, "GUARDRAIL_JUDGE_MODEL": "openai/test-judge",
+                                  "GUARDRAIL_JUDGE_API_BASE": api_base,
+                                  "GUARDRAIL_JUDGE_API_KEY": "bench"})
+
+
+async def _timed(n: int, run: Callable[[], Awaitable[None]]) -> dict[str, float]:
+    """CPU per message and msgs/s of ``run`` (n messages), with the heap frozen
+    as a worker freezes it."""
+    gc.collect()
+    gc.freeze()
+    cpu, wall = time.process_time(), time.perf_counter()
+    await run()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return {"cpu_ms_per_msg": cpu * 1000 / n, "msgs_per_s": n / wall}
+
+
 async def measure(api_base: str, n: int) -> dict[str, float]:
-    settings = load_settings(environ={**os.environ, "GUARDRAIL_JUDGE_MODEL": "openai/test-judge",
-                                      "GUARDRAIL_JUDGE_API_BASE": api_base,
-                                      "GUARDRAIL_JUDGE_API_KEY": "bench"})
+    settings = _settings(api_base)
     evaluator = build_evaluator(settings)
     judge = MessageJudge.from_settings(evaluator, settings)
     messages = raw_messages(WARM_UP + n)
     for i in range(0, WARM_UP, BATCH):
         await judge.process(messages[i:i + BATCH])
     messages = messages[WARM_UP:]
-    gc.collect()
-    gc.freeze()
-    cpu, wall = time.process_time(), time.perf_counter()
-    step = BATCH * IN_FLIGHT
-    for i in range(0, n, step):
-        await asyncio.gather(*(judge.process(messages[j:j + BATCH])
-                               for j in range(i, min(n, i + step), BATCH)))
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+
+    async def measured() -> None:
+        step = BATCH * IN_FLIGHT
+        for i in range(0, n, step):
+            await asyncio.gather(*(judge.process(messages[j:j + BATCH])
+                                   for j in range(i, min(n, i + step), BATCH)))
+
+    figures = await _timed(n, measured)
     await evaluator.aclose()
-    return {"cpu_ms_per_msg": cpu * 1000 / n, "msgs_per_s": n / wall}
+    return figures
 
 
 async def measure_cached(api_base: str, n: int) -> dict[str, float]:
-    settings = load_settings(environ={**os.environ, "GUARDRAIL_JUDGE_MODEL": "openai/test-judge",
-                                      "GUARDRAIL_JUDGE_API_BASE": api_base,
-                                      "GUARDRAIL_JUDGE_API_KEY": "bench"})
+    settings = _settings(api_base)
     evaluator = build_evaluator(settings)
     evaluator.cache = BatchedCache(MemoryCache(max_entries=4 * n))
     judge = replay._BatchJudge.from_settings(evaluator, settings, emit_judgments=False,
@@ -85,16 +99,16 @@ async def measure_cached(api_base: str, n: int) -> dict[str, float]:
         await judge.process(messages[i:i + size])
     made = judge.tally.judged
     assert made >= n and not judge.tally.errors, judge.tally
-    gc.collect()
-    gc.freeze()
-    cpu, wall = time.process_time(), time.perf_counter()
-    for i in range(0, n, size):
-        await judge.process(messages[i:i + size])
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+
+    async def measured() -> None:
+        for i in range(0, n, size):
+            await judge.process(messages[i:i + size])
+
+    figures = await _timed(n, measured)
     # Every judgment of the second pass answered from the cache, none asked again.
     assert judge.tally.cached == made and judge.tally.judged == made, judge.tally
     await evaluator.aclose()
-    return {"cpu_ms_per_msg": cpu * 1000 / n, "msgs_per_s": n / wall}
+    return figures
 
 
 def main() -> int:

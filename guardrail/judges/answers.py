@@ -135,7 +135,7 @@ _DECODER = msgspec.json.Decoder(_Answer)
 
 
 def decode_completion(status: int, raw: bytes) -> Completion:
-    """The :class:`~.transports.Completion` of one answer body (``status``:
+    """The :class:`Completion` of one answer body (``status``:
     its HTTP status, named in the error of a body that is not a JSON object)."""
     try:
         answer = _DECODER.decode(raw)
