@@ -41,6 +41,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from common import ROOT, produce_values, rss_mb
+from cpu_sampler import cpu_seconds
 from live import (PARTITIONS, Records, Rig, broker_options, drain, latencies, metric_values,
                   num, paced, run_figures, send_all, steady_rss, tell_missing, worker)
 from opentelemetry.trace import format_span_id
@@ -82,10 +83,14 @@ def throughput(rig: Rig, n: int) -> dict[str, Any]:
     out = {}
     for name, agent_runs in (("runs", True), ("per_span", False)):
         with worker(rig, f"tp-{name}", **OTLP, agent_runs=agent_runs,
-                    run_settle_seconds=0.5) as (env, _):
+                    run_settle_seconds=0.5) as (env, proc):
+            before = cpu_seconds(proc.pid) or 0.0
             r, _ = asyncio.run(drain(env, records, n, warm_spans()))
+            # The worker's own CPU over the drain (warm-up and the 1 s wait included).
+            cpu = (cpu_seconds(proc.pid) or 0.0) - before
             tell_missing(env, f"throughput {name}: results", r["results"], n)
-        out[name] = {**r, "runs": n}
+        out[name] = {**r, "runs": n, "worker_cpu_s": round(cpu, 2),
+                     "cpu_ms_per_span": round(cpu * 1000 / len(records), 3)}
     return out
 
 
@@ -190,7 +195,10 @@ def rows(figs: dict[str, Any]) -> list[tuple[str, str]]:
                  f"{t['elapsed_s']} s); {num(ratio, 2)}x the per-span path"),
                 ("the same spans, per-span path (agent_runs=false)",
                  f"{num(s['records_per_s'])} spans/s ({s['results']:,} answer spans judged in "
-                 f"{s['elapsed_s']} s)")]
+                 f"{s['elapsed_s']} s)"),
+                ("worker CPU per span, runs path / per-span path",
+                 f"{t['cpu_ms_per_span']} ms / {s['cpu_ms_per_span']} ms = "
+                 f"{num(t['cpu_ms_per_span'] / (s['cpu_ms_per_span'] or float('nan')), 2)}x")]
     out += [(f"root end -> result, settle {r['settle_s']:g} s ({r['runs_per_s']:g} runs/s)",
              f"p50 {num(r['p50_ms'])} ms, p95 {num(r['p95_ms'])} ms ({r['results']}/"
              f"{r['sent']} runs)") for r in figs.get("settle", {}).values()]

@@ -82,9 +82,10 @@ class Book(Generic[H]):
                 fresh: Callable[[str], H], recount: Callable[[H, dict[str, int]], None],
                 ) -> None:
         """The view from a recovered table. A header is written after its items
-        (once per batch), so a crash can keep items whose header write was lost:
-        ``recount`` takes an open whole's counts from the items it holds, and
-        items without a header get a ``fresh`` one."""
+        (once per batch, and only when what :meth:`Gathering.durable` returns
+        changed), so a recovered header can lag its items: ``recount`` takes an
+        open whole's counts from the items it holds, and items without a header
+        get a ``fresh`` one."""
         for key, ids in items.items():
             header = headers.setdefault(key, fresh(key))
             if header.state == "open":
@@ -143,7 +144,13 @@ class Gathering(Protocol[H]):
         """After a judgment was published: the header's next state; returns the
         ids of the items to delete from the table."""
 
-    def recount(self, header: H, ids: dict[str, int]) -> None: ...
+    def durable(self, header: H) -> object:
+        """What of an open header a recovery cannot recount from its items: an
+        item that leaves it unchanged is not followed by a header write."""
+
+    def recount(self, header: H, ids: dict[str, int], *, now_ms: int) -> None:
+        """An open whole's counts (and times, as far as :meth:`durable` left
+        them unwritten) from the items a recovered table holds."""
 
     def count_item(self, outcome: AddOutcome) -> None: ...
 

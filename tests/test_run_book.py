@@ -17,6 +17,7 @@ from guardrail.agents.run_assembly import RunAssembler
 from guardrail.formats.otlp import OtlpDecoder, request_from_bytes
 from guardrail.runs.assembly import RunBook, RunHeader, RunLimits, due
 from guardrail.runs.routing import RunRouter
+from guardrail.runs.spans import RunSpan
 from guardrail.settings import Settings
 from guardrail.stream.telemetry import Telemetry
 
@@ -138,6 +139,54 @@ def test_a_batch_writes_each_runs_header_once_after_its_spans():
     assert table.writes == {"h": 1, "s": len(spans)}
     assert [e.message.key for e in current] == [run.trace_id.encode()]  # the trace's partition
     assert RunHeader.from_bytes(table["h/" + run.trace_id].encode()).spans == len(spans)
+
+
+def test_only_a_root_or_a_dropped_span_is_followed_by_a_header_write():
+    """A span that changes only counts and times writes no header (a recovery
+    recounts them from the spans): one changelog record per span, not two."""
+    run = agent_run(tools=3)
+    runtime = SimpleNamespace(settings=Settings(run_settle_seconds=1), telemetry=Telemetry())
+    table = RecordingTable()
+    assembly = Assembly(RunAssembler(runtime, table, "app-run-spans"), table)
+    spans = [RunSpan.from_bytes(value) for value in _run_spans(run)]
+    children = [span.to_bytes() for span in spans if span.parent_id is not None]
+    roots = [span.to_bytes() for span in spans if span.parent_id is None]
+    write_headers = assembly.assembler.write_headers
+    stream = SimpleNamespace(_set_current_event=lambda event: None)
+    for value in children:  # one batch per span, the worst case
+        assembly.send(b"span", run.trace_id, value)
+        write_headers(stream)
+    assert table.writes == {"h": 0, "s": len(children)}
+    assembly.send(b"span", run.trace_id, roots[0])
+    write_headers(stream)
+    assert table.writes == {"h": 1, "s": len(spans)}
+
+
+def test_a_recovered_run_counts_its_spans_and_waits_its_settle_time_again():
+    """The header was written at the root; later spans were not followed by a
+    write. After a restart the run holds every span, and is not due at once
+    (its quiet time starts at the recovery, not at the header's last write)."""
+    run = agent_run(tools=2)
+    spans = [RunSpan.from_bytes(value) for value in _run_spans(run)]
+    ordered = [s for s in spans if s.parent_id is None] + [s for s in spans if s.parent_id]
+    crashed = _assembly()
+    stream = SimpleNamespace(_set_current_event=lambda event: None)
+    for span in ordered:
+        crashed.send(b"span", run.trace_id, span.to_bytes())
+        crashed.assembler.write_headers(stream)
+    written = RunHeader.from_bytes(crashed.table["h/" + run.trace_id].encode())
+    assert written.spans == 1 and written.root_ms is not None
+    written.last_ms -= 60_000  # the header's write was a minute before the crash
+    crashed.table["h/" + run.trace_id] = written.to_bytes().decode()
+    runtime = SimpleNamespace(settings=Settings(run_settle_seconds=1), telemetry=Telemetry())
+    restarted = Assembly(RunAssembler(runtime, crashed.table, "app-run-spans"), crashed.table)
+    restarted.assembler.rebuild()
+    header = restarted.assembler.book.headers[run.trace_id]
+    assert (header.spans, header.root_ms is not None) == (len(spans), True)
+    assert restarted.send(b"tick", run.trace_id)[0] is None  # not yet: settle again
+    _age(restarted, run.trace_id, 2)
+    judged, _ = restarted.send(b"tick", run.trace_id)
+    assert orjson.loads(judged.value)["run"]["spans"] == len(spans)
 
 
 def test_spans_kept_without_their_headers_write_are_counted_and_the_root_still_marks_the_run():

@@ -129,9 +129,10 @@ class Assembler:
         header = self.book.headers.get(key)
         if header is None:
             header = self.book.headers[key] = g.new_header(key, now_ms=now)
-        # A duplicate changes its header only on redelivery after a crash (a run's
-        # root marked again): rare, so compared rather than reported.
-        before = header.to_bytes() if key in self.book.item_ids else None
+        # The header is written (once, at the batch's end) only when what a
+        # recovery cannot recount from the items changed: a run's root, a span
+        # dropped; a first item without a header gets a fresh one on recovery.
+        before = g.durable(header)
         outcome = g.add(header, item, now_ms=now, size=len(value))
         g.count_item(outcome)
         if outcome == "added":
@@ -141,7 +142,7 @@ class Assembler:
         self.book.evicted.clear()
         if outcome == "late":
             g.say_late(key, header)
-        elif outcome != "duplicate" or header.to_bytes() != before:
+        elif g.durable(header) != before:
             self._changed[key] = event
 
     def _tick(self, key: str, message: Any) -> RawMessage | None:
@@ -208,7 +209,7 @@ class Assembler:
                 items.setdefault(key, {})[item_id] = len(value)
         now = _now_ms()
         self.book.rebuild(headers, items, fresh=lambda k: g.new_header(k, now_ms=now),
-                          recount=g.recount)
+                          recount=lambda header, ids: g.recount(header, ids, now_ms=now))
         log.info("%ss after recovery: %d open, %d items held", g.noun,
                  self.book.open_count, self.book.items_held)
 

@@ -28,7 +28,7 @@ import orjson
 from ..assembly import AddOutcome, Book, State
 from .spans import RunSpan
 
-__all__ = ["RunHeader", "RunLimits", "RunBook", "RunStatus", "AddOutcome", "due", "recount",
+__all__ = ["RunHeader", "RunLimits", "RunBook", "RunStatus", "AddOutcome", "due", "durable", "recount",
            "FORGET_AFTER_MIN_SECONDS"]
 
 RunStatus = Literal["complete", "idle", "truncated"]
@@ -159,10 +159,22 @@ class RunBook(Book[RunHeader]):
         return "added"
 
 
-def recount(header: RunHeader, ids: dict[str, int]) -> None:
-    """An open run's counts from the spans the recovered table holds."""
+def durable(header: RunHeader) -> tuple[bool, int]:
+    """What of an open run's header a recovery cannot recount from its spans:
+    whether its root came, and how many spans were dropped. A span that changes
+    neither is not followed by a header write (its count, bytes and arrival time
+    come back from the table's spans through :func:`recount`)."""
+    return header.root_ms is not None, header.dropped
+
+
+def recount(header: RunHeader, ids: dict[str, int], *, now_ms: int) -> None:
+    """An open run's counts from the spans the recovered table holds. Its quiet
+    time starts again at the recovery (the last span's arrival may postdate the
+    header's last write): a run is never judged early for a restart, at worst a
+    settle or idle time late."""
     header.spans = max(header.spans, len(ids))
     header.bytes = max(header.bytes, sum(ids.values()))
+    header.last_ms = max(header.last_ms, now_ms)
 
 
 def _is_root(span: RunSpan, ids: dict[str, int]) -> bool:

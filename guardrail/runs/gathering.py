@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .assembly import RunBook, RunHeader, RunLimits, due, recount
+from .assembly import RunBook, RunHeader, RunLimits, due, durable, recount
 from .case import NO_FINAL_ANSWER, run_case
 from .settings import RunSettings
 from .spans import RunSpan
@@ -81,8 +81,11 @@ class RunGathering:
         header.state, header.closed_ms = "closed", now_ms
         return self.book.forget_items(key)
 
-    def recount(self, header: RunHeader, ids: dict[str, int]) -> None:
-        recount(header, ids)
+    def durable(self, header: RunHeader) -> tuple[bool, int]:
+        return durable(header)
+
+    def recount(self, header: RunHeader, ids: dict[str, int], *, now_ms: int) -> None:
+        recount(header, ids, now_ms=now_ms)
 
     def count_item(self, outcome: str) -> None:
         self.telemetry.run_spans.labels(outcome=outcome).inc()

@@ -96,8 +96,13 @@ class SessionGathering:
         header.tick = None
         return []
 
-    def recount(self, header: SessionHeader, ids: dict[str, int]) -> None:
-        recount(header, ids)
+    def durable(self, header: SessionHeader) -> bytes:
+        """All of it: a turn moves the session's turn count and triggers, which
+        its table's turns cannot tell after evictions, so every change is written."""
+        return header.to_bytes()
+
+    def recount(self, header: SessionHeader, ids: dict[str, int], *, now_ms: int) -> None:
+        recount(header, ids)  # the header was written with its turns: its times hold
 
     def count_item(self, outcome: str) -> None:
         self.telemetry.session_turns.labels(outcome=outcome).inc()
