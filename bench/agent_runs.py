@@ -15,7 +15,8 @@ partition (no key, as the Collector's kafka exporter); texts differ per run.
    in half the runs, last in the others); spans / (last result's Kafka timestamp
    - first record's send), settle 0.5 s (the sweep ticks every second); beside
    it the same records with ``agent_runs=false``, today's per-span path (each
-   run's answer span judged alone, the other nine skipped).
+   run's answer span judged alone, the other nine skipped); and each worker's
+   own CPU per span over the drain (``/proc/PID/stat``).
 2. root end -> result: ``--run-rate`` runs/s for ``--seconds``, each root sent
    once its run's other spans were acked; from the root's ack to the result's
    arrival here, at settle 5 s (default) and 1 s: the settle, up to 1 s until
