@@ -1,7 +1,8 @@
 """The one place litellm is imported, so its offline switch is always set first.
 
 Without ``LITELLM_LOCAL_MODEL_COST_MAP=True`` every start waits on a network
-fetch of the price map; the bundled copy is what we price with.
+fetch of the price map; the bundled copy is what we price with. Likewise
+``LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS=True`` for the table of Anthropic's beta features.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ __all__ = ["litellm", "price_tokens", "count_message_tokens", "cached_input_pric
 def litellm() -> ModuleType:
     """Import litellm lazily (it takes seconds) with offline defaults."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # Anthropic requests otherwise fetch litellm's beta-header table from GitHub first.
+    os.environ.setdefault("LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS", "True")
     os.environ.setdefault("LITELLM_TELEMETRY", "False")
     import litellm as _litellm
 

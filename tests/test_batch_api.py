@@ -5,10 +5,6 @@ and the batch price."""
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import orjson
 import pytest
@@ -17,21 +13,12 @@ from guardrail.batch import run_batch
 from guardrail.batch_api.run import STATE_FILE, batch_prices, run_batch_api
 from guardrail.batch_api.state import BatchState
 from guardrail.errors import ConfigError, JudgeConfigError
-from guardrail.models import Case
 from guardrail.settings import load_settings
+from tests.support.batch_cases import TEXTS, batch_cases, result_files, run_cli
 from tests.support.batch_server import BatchServer
 
 KEY = "sk-test-secret-0123456789"
-TEXTS = ["A calm answer about tides.", "You are an idiot and I hate you.",
-         "Recipes for bread, plain and simple.", "Women are bad at math, everyone knows.",
-         "The weather is mild today.", "Shut up, you stupid fool.",
-         "A list of prime numbers: 2, 3, 5.", "Directions to the station.",
-         "Old men cannot learn anything new.", "A poem about the sea.",
-         "Kind words for a friend.", "Nothing to see here."]
-
-
-def _cases(texts=TEXTS):
-    return [(f"line {i}", Case(case_id=f"c{i}", output=text)) for i, text in enumerate(texts, 1)]
+_cases, _files, _cli = batch_cases, result_files, run_cli
 
 
 def _batch_settings(server, **extra):
@@ -46,11 +33,6 @@ def _batch_settings(server, **extra):
 async def batch_server():
     async with BatchServer() as server:
         yield server
-
-
-def _files(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.glob("*.json"))
-            if not p.name.startswith(".")}  # the batch state file
 
 
 async def _batch_run(cases, settings, folder, **kwargs):
@@ -188,13 +170,14 @@ async def test_a_request_asked_again_after_its_batch_finished_is_answered(tmp_pa
     settings = _batch_settings(batch_server)
     first, _ = await _batch_run(_cases(TEXTS[:2]), settings, tmp_path)
     # The same cases again in one process, through a collector that saw the batch finish.
+    from guardrail.batch_api.api import OpenAIBatches
     from guardrail.batch_api.client import BatchClient
     from guardrail.batch_api.collector import BatchCollector
 
     state = BatchState.open(tmp_path / STATE_FILE, api_base=batch_server.api_base,
                             model="openai/test-judge")
-    collector = BatchCollector(BatchClient(batch_server.api_base, api_key=KEY), state,
-                               settings=settings.batch_api)
+    api = OpenAIBatches(BatchClient(batch_server.api_base, api_key=KEY), completion_window="24h")
+    collector = BatchCollector(api, state, settings=settings.batch_api)
     cid = state.chunks[0].custom_ids[0]
     try:
         once = await asyncio.wait_for(collector.request(cid, {}), 10)
@@ -217,13 +200,6 @@ def test_state_mismatch_is_refused(tmp_path):
     state.add_chunk(["r1"])
     with pytest.raises(Exception, match="is for api_base"):
         BatchState.open(tmp_path / "s.json", api_base="http://b/v1", model="m")
-
-
-def _cli(args, cwd, env=None):
-    return subprocess.run([sys.executable, "-m", "guardrail.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                               **(env or {})})
 
 
 def test_estimate_batch_api_prices_at_the_batch_price(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
-"""``replay --batch-api`` on the embedded broker against the stand-in batch server:
-every record of the range gets one result, a process killed mid-poll is
-resumed without new batches, and what it had published is not published again."""
+"""``replay --batch-api`` on the embedded broker against the stand-in batch servers
+(OpenAI's and Anthropic's): every record of the range gets one result, a process
+killed mid-poll is resumed without new batches, and what it had published is not
+published again."""
 
 import asyncio
 import json
@@ -11,6 +12,7 @@ import time
 import pytest
 from support.harness import StreamEnv, consume_messages, produce
 
+from tests.support.anthropic_batch_server import AnthropicBatchServer
 from tests.support.batch_server import BatchServer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
@@ -25,10 +27,13 @@ def _values(n):
              T0 + i * 1000) for i in range(n)]
 
 
-@pytest.fixture
-def batch_env(kafka_bootstrap, tmp_path):
-    with BatchServer() as server:
+@pytest.fixture(params=["openai"])
+def batch_env(kafka_bootstrap, tmp_path, request):
+    anthropic = request.param == "anthropic"
+    with AnthropicBatchServer() if anthropic else BatchServer() as server:
         env = StreamEnv(kafka_bootstrap, server.api_base, tmp_path)
+        if anthropic:
+            env.env["GUARDRAIL_JUDGE_MODEL"] = "anthropic/claude-3-haiku-20240307"
         env.env.update({"GUARDRAIL_JUDGE_API_KEY": "sk-test-0123456789",
                         "GUARDRAIL_BATCH_MAX_REQUESTS": "10",
                         "GUARDRAIL_BATCH_GATHER_SECONDS": "0.3",
@@ -36,6 +41,7 @@ def batch_env(kafka_bootstrap, tmp_path):
                         "GUARDRAIL_BATCH_POLL_MAX_SECONDS": "0.2",
                         "GUARDRAIL_CACHE_PATH": str(tmp_path / "cache.sqlite")})
         yield env, server
+        assert getattr(server, "invalid", []) == []  # Anthropic's stand-in checks requests
 
 
 def _args(env, state):
@@ -49,6 +55,7 @@ def _results(env, expect):
     return [json.loads(r.value) for r in records]
 
 
+@pytest.mark.parametrize("batch_env", ["openai", "anthropic"], indirect=True)
 def test_replay_batch_api_judges_the_range_in_chunks(batch_env, tmp_path):
     env, server = batch_env
     assert env.cli("produce", "--input", "/dev/null").returncode == 0  # creates the topics

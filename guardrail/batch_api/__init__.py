@@ -1,20 +1,24 @@
 """Judge requests through a provider's batch API (``run --batch-api``), at the batch price.
 
-The OpenAI-compatible files and batches endpoints: the judge's requests are
-written as a JSONL batch file, submitted in chunks under the provider's
-limits, polled with backoff, and each answer is parsed as a synchronous one
-would be. A state file keeps every chunk's batch id, so a restart resumes
-polling instead of paying twice::
+The OpenAI-compatible files and batches endpoints, or Anthropic's Message
+Batches for an ``anthropic/`` judge: the judge's requests are written as the
+lines of a batch, submitted in chunks under the provider's limits, polled with
+backoff, and each answer is parsed as a synchronous one would be. A state file
+keeps every chunk's batch id, so a restart resumes polling instead of paying
+twice::
 
     from guardrail.batch_api.run import run_batch_api
     summary, stats = await run_batch_api(cases, settings=settings, output_dir=Path("out"))
 
 - :mod:`~guardrail.batch_api.settings`: ``batch_*`` settings (chunk limits, polling, discount).
+- :mod:`~guardrail.batch_api.api`: what a provider's batch API does; the OpenAI-compatible one.
 - :mod:`~guardrail.batch_api.client`: the HTTP client of ``/files`` and ``/batches``.
+- :mod:`~guardrail.batch_api.anthropic`: Anthropic's Message Batches (client and API).
+- :mod:`~guardrail.batch_api.anthropic_format`: Messages requests and results, via litellm.
 - :mod:`~guardrail.batch_api.state`: the state file (atomic writes).
 - :mod:`~guardrail.batch_api.collector`: the judge transport, chunks and polling.
 - :mod:`~guardrail.batch_api.results`: output and error files into answers and errors.
-- :mod:`~guardrail.batch_api.run`: ``run --batch-api`` and the batch price.
+- :mod:`~guardrail.batch_api.run`: ``run --batch-api``, the endpoint and the batch price.
 
 Nothing is imported here: the settings import this package's settings module.
 """

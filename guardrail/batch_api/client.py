@@ -1,4 +1,5 @@
-"""An async client for the OpenAI-compatible files and batches endpoints.
+"""Async clients of batch APIs: the shared JSON-over-HTTP part and the
+OpenAI-compatible files and batches endpoints.
 
 ::
 
@@ -10,8 +11,10 @@
     found = await client.find(input_file_id=file_id)                 # a batch made from it, or None
     await client.aclose()
 
-Errors: :class:`BatchHTTPError` (with ``status_code``) for an error status;
-connection failures are ``aiohttp.ClientError``.
+Errors: :class:`BatchHTTPError` (with ``status_code``) for an error status or
+an answer that is not a JSON object; connection failures are ``aiohttp.ClientError``.
+Anthropic's Message Batches client (:mod:`~guardrail.batch_api.anthropic`)
+shares :class:`JSONClient`.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-__all__ = ["BatchClient", "BatchHTTPError", "ENDPOINT"]
+__all__ = ["BatchClient", "BatchHTTPError", "JSONClient", "ENDPOINT"]
 
 #: The one endpoint the judge's requests go to.
 ENDPOINT = "/v1/chat/completions"
@@ -38,12 +41,12 @@ class BatchHTTPError(Exception):
         self.status_code = status_code
 
 
-class BatchClient:
-    """One aiohttp session to ``{api_base}/files`` and ``{api_base}/batches``."""
+class JSONClient:
+    """One aiohttp session to ``api_base`` with fixed headers (the key's among them)."""
 
-    def __init__(self, api_base: str, *, api_key: str | None, timeout: float = 120.0) -> None:
+    def __init__(self, api_base: str, *, headers: dict[str, str], timeout: float = 120.0) -> None:
         self.api_base = api_base.rstrip("/")
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers = headers
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
 
@@ -53,7 +56,9 @@ class BatchClient:
         return self._session
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> bytes:
-        async with self._open().request(method, self.api_base + path, **kwargs) as response:
+        """The body of ``api_base + path`` (``path`` may be a whole URL)."""
+        url = path if path.startswith(("http://", "https://")) else self.api_base + path
+        async with self._open().request(method, url, **kwargs) as response:
             raw = await response.read()
             if response.status >= 400:
                 raise BatchHTTPError(response.status, raw.decode("utf-8", "replace"))
@@ -69,6 +74,20 @@ class BatchClient:
             raise BatchHTTPError(200, "answer is not a JSON object: "
                                  + raw[:200].decode("utf-8", "replace"))
         return data
+
+    async def aclose(self) -> None:
+        """Close the session (idempotent)."""
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None
+
+
+class BatchClient(JSONClient):
+    """``{api_base}/files`` and ``{api_base}/batches`` (OpenAI-compatible)."""
+
+    def __init__(self, api_base: str, *, api_key: str | None, timeout: float = 120.0) -> None:
+        super().__init__(api_base, timeout=timeout,
+                         headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
 
     async def upload(self, content: bytes, *, name: str) -> str:
         """Upload a batch input file (purpose ``batch``); its file id."""
@@ -107,9 +126,3 @@ class BatchClient:
                 return None
             after = str(batches[-1].get("id"))
         return None
-
-    async def aclose(self) -> None:
-        """Close the session (idempotent)."""
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
-        self._session = None

@@ -2,10 +2,11 @@
 
 The judge's call path is the synchronous one (:class:`~guardrail.judges.llm.LLMJudge`
 with :class:`BatchTransport`): each call's request body is the one
-:class:`~guardrail.judges.transports.HTTPTransport` would post, named by a hash
-of itself (``custom_id``), and it waits here until its batch finished::
+:class:`~guardrail.judges.transports.HTTPTransport` would post (for Anthropic,
+litellm's translation of it), named by a hash of that chat body
+(``custom_id``), and it waits here until its batch finished::
 
-    collector = BatchCollector(client, state, settings=settings.batch_api, say=print)
+    collector = BatchCollector(api, state, settings=settings.batch_api, say=print)
     judge = LLMJudge(judge_settings, transport=BatchTransport(judge_settings, collector))
     ...                      # evaluate cases as usual: every call is a batch line
     await judge.aclose()     # closes the collector and its client
@@ -15,6 +16,8 @@ is reached, or ``batch_gather_seconds`` after the last one arrived. The hash
 naming is what makes a restart resume: the same case asks the same body, so
 its ``custom_id`` is found in the state file and its batch is polled (or read)
 again, never submitted again. Identical requests are one batch line.
+``api`` is the provider's batch API (:class:`~guardrail.batch_api.api.BatchAPI`):
+it writes the lines, stages and creates the batches and reads their answers.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,10 +34,11 @@ import orjson
 
 from ..errors import JudgeConfigError, JudgeError
 from ..settings import JudgeSettings
-from ..judges.transports import Completion, chat_body, completion_from_json
+from ..judges.transports import Completion, chat_body
 from ..prompts import FENCE_LINE
-from .client import ENDPOINT, BatchClient, BatchHTTPError
-from .results import BatchRequestError, chunk_results
+from .api import BatchAPI
+from .client import BatchHTTPError
+from .results import BatchRequestError
 from .settings import BatchApiSettings
 from .state import BatchState, Chunk
 
@@ -66,14 +71,17 @@ class BatchTransport:
 
     def __init__(self, settings: JudgeSettings, collector: BatchCollector) -> None:
         self._settings, self.collector = settings, collector
-        self.asks_logprobs = settings.logprobs
+        # As the synchronous path: a provider without log-probabilities is not
+        # asked for them, and its sampled verdicts stand.
+        self.asks_logprobs = settings.logprobs and collector.api.takes_logprobs
 
     async def complete(self, messages: list[dict[str, str]],
                        response_format: dict[str, Any] | None,
                        max_tokens: int | None = None) -> Completion:
         body = chat_body(self._settings, messages, response_format, max_tokens,
                          logprobs=self.asks_logprobs)
-        return completion_from_json(await self.collector.request(request_id(body), body))
+        answer = await self.collector.request(request_id(body), body)
+        return self.collector.api.completion(answer, body)
 
     def is_transient(self, exc: BaseException) -> bool:
         return False  # a batch line is not retried: it had its day (or 24 hours)
@@ -88,9 +96,9 @@ class BatchTransport:
 class BatchCollector:
     """Chunks, batches and the requests waiting for them."""
 
-    def __init__(self, client: BatchClient, state: BatchState, *, settings: BatchApiSettings,
+    def __init__(self, api: BatchAPI, state: BatchState, *, settings: BatchApiSettings,
                  say: Say | None = None) -> None:
-        self.client, self.state, self.settings = client, state, settings
+        self.api, self.state, self.settings = api, state, settings
         self._say = say or (lambda line: None)
         self._pending: dict[str, bytes] = {}
         self._pending_bytes = 0
@@ -116,12 +124,14 @@ class BatchCollector:
             if chunk is not None:
                 self._follow(chunk)
             else:
-                self._queue(custom_id, body)
+                try:
+                    self._queue(custom_id, body)
+                except BatchRequestError as exc:  # a request the provider cannot take
+                    self._fail([custom_id], exc)
         return await future
 
     def _queue(self, custom_id: str, body: dict[str, Any]) -> None:
-        line = orjson.dumps({"custom_id": custom_id, "method": "POST", "url": ENDPOINT,
-                             "body": body}) + b"\n"
+        line = self.api.line(custom_id, body)
         full = (len(self._pending) + 1 > self.settings.max_requests
                 or self._pending_bytes + len(line) > self.settings.max_bytes)
         if full and self._pending:
@@ -164,14 +174,15 @@ class BatchCollector:
 
     async def _submit(self, ids: list[str], content: bytes) -> None:
         try:
-            # Recorded only once uploaded: a stop before that leaves an unused file
+            # Recorded only once staged: a stop before that leaves an unused file
             # (files cost nothing); a stop after it resumes with this file.
-            file_id = await self.client.upload(content, name=f"guardrail-{ids[0]}.jsonl")
+            staged_at = time.time()  # before the batch is created: how find() knows it
+            file_id = await self.api.stage(ids, content)
         except Exception as exc:  # noqa: BLE001 - every waiter of the chunk is told
-            self._fail(ids, _failure(exc, "uploading the batch file"))
+            self._fail(ids, _failure(exc, "staging the batch's requests"))
             return
         chunk = self.state.add_chunk(ids)
-        self.state.update(chunk, file_id=file_id)
+        self.state.update(chunk, file_id=file_id, staged_at=staged_at)
         self.submitted += 1
         self._fresh.add(chunk.number)
         self._tasks[chunk.number] = asyncio.create_task(self._guarded(chunk, self._finish))
@@ -182,7 +193,10 @@ class BatchCollector:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - every waiter of the chunk is told
-            self._fail(self._mine(chunk), _failure(exc, f"batch chunk {chunk.number}"))
+            mine, failure = self._mine(chunk), _failure(exc, f"batch chunk {chunk.number}")
+            if isinstance(failure, BatchRequestError) and failure.unanswered:
+                self.state.release(chunk, mine)  # never sent: a new run submits them
+            self._fail(mine, failure)
 
     async def _finish(self, chunk: Chunk) -> None:
         if chunk.batch_id is None:
@@ -194,7 +208,7 @@ class BatchCollector:
             await self._quiet()
         mine = self._mine(chunk)
         answers, problems = await self._patient(
-            f"reading {chunk.batch_id}'s results", lambda: chunk_results(self.client, chunk))
+            f"reading {chunk.batch_id}'s results", lambda: self.api.results(chunk))
         unanswered = [cid for cid in mine if cid in problems and problems[cid].unanswered]
         if unanswered:
             self.state.release(chunk, unanswered)
@@ -225,14 +239,13 @@ class BatchCollector:
         assert chunk.file_id is not None
         # A chunk of an earlier run without a batch id: that run may have been
         # stopped between creating the batch and recording it. Look before paying.
-        batch = (None if chunk.number in self._fresh
-                 else await self.client.find(input_file_id=chunk.file_id))
+        taken = {c.batch_id for c in self.state.chunks if c.batch_id}
+        batch = None if chunk.number in self._fresh else await self._patient(
+            f"looking for chunk {chunk.number}'s batch", lambda: self.api.find(chunk, taken))
         if batch is None:
-            file_id = chunk.file_id
-            batch = await self._patient("creating a batch", lambda: self.client.create(
-                file_id, completion_window=self.settings.completion_window,
-                metadata={"guardrail_chunk": str(chunk.number)}))
+            batch = await self._patient("creating a batch", lambda: self.api.create(chunk))
         self._record(chunk, batch)
+        await self.api.created(chunk)
         self._say(f"batch chunk {chunk.number}: {len(chunk.custom_ids)} requests submitted "
                   f"as {chunk.batch_id}")
 
@@ -240,7 +253,7 @@ class BatchCollector:
         delay = self.settings.poll_seconds
         while True:
             self._record(chunk, await self._patient(
-                f"checking {chunk.batch_id}", lambda: self.client.retrieve(str(chunk.batch_id))))
+                f"checking {chunk.batch_id}", lambda: self.api.retrieve(str(chunk.batch_id))))
             if chunk.finished:
                 return
             await asyncio.sleep(delay)
@@ -285,7 +298,7 @@ class BatchCollector:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self.client.aclose()
+        await self.api.aclose()
 
 
 def _failure(exc: BaseException, doing: str) -> JudgeError:
@@ -296,7 +309,7 @@ def _failure(exc: BaseException, doing: str) -> JudgeError:
     if isinstance(exc, BatchHTTPError) and exc.status_code in (401, 403):
         return JudgeConfigError(f"judge configuration error: the batch API refused the key "
                                 f"({exc}); check judge_api_key", setting="judge_api_key")
-    if isinstance(exc, BatchHTTPError) and exc.status_code == 404 and "uploading" in doing:
+    if isinstance(exc, BatchHTTPError) and exc.status_code == 404 and "staging" in doing:
         return JudgeConfigError("judge configuration error: the judge endpoint has no batch "
                                 f"API (/files answered {exc}); check judge_api_base",
                                 setting="judge_api_base")

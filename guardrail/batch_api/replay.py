@@ -24,14 +24,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from ..judges.llm import LLMJudge
 from ..kafka.replay import Progress, ReplaySummary, _send, replay
 from ..settings import Settings
 from ..stream.envelope import Source
 from ..stream.processing import MessageJudge, RawMessage
-from .client import BatchClient
-from .collector import BatchCollector, BatchTransport, Say
-from .run import BatchRunStats, batch_endpoint, batch_settings
+from .collector import Say
+from .run import BatchRunStats, batch_judge
 from .state import BatchState
 
 __all__ = ["replay_batch_api", "consume_in_chunks", "DEFAULT_REPLAY_STATE"]
@@ -44,14 +42,9 @@ async def replay_batch_api(settings: Settings, *, state_path: Path | None = None
                            say: Say | None = None, **replay_args: Any,
                            ) -> tuple[ReplaySummary, BatchRunStats]:
     """:func:`~guardrail.kafka.replay.replay` through the batch API (same arguments)."""
-    api_base, key = batch_endpoint(settings.judge)
-    settings = batch_settings(settings)
     path = (state_path or DEFAULT_REPLAY_STATE).expanduser()
-    state = BatchState.open(path, api_base=api_base, model=settings.judge.model)
-    collector = BatchCollector(BatchClient(api_base, api_key=key), state,
-                               settings=settings.batch_api, say=say)
-    judge = LLMJudge(settings.judge, transport=BatchTransport(settings.judge, collector))
-    consume = functools.partial(consume_in_chunks, state=state, say=say)
+    settings, judge, collector = batch_judge(settings, path, say)
+    consume = functools.partial(consume_in_chunks, state=collector.state, say=say)
     # replay closes the evaluator, which closes the judge, the collector and its client.
     summary = await replay(settings, judge=judge, consume=consume, **replay_args)
     return summary, BatchRunStats(requests=collector.requests, submitted=collector.submitted,

@@ -13,6 +13,7 @@ which the judge records as the metric's ``error`` (never SAFE)::
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -21,7 +22,8 @@ from ..errors import JudgeError
 from .client import BatchClient
 from .state import Chunk
 
-__all__ = ["BatchRequestError", "chunk_results", "read_lines", "NOT_RUN_CODES"]
+__all__ = ["BatchRequestError", "chunk_results", "read_lines", "keyed_lines", "not_run",
+           "fill_missing", "short", "NOT_RUN_CODES"]
 
 #: Error codes of requests the batch never ran: nothing was paid for them.
 NOT_RUN_CODES = frozenset({"batch_expired", "batch_cancelled", "batch_failed"})
@@ -48,34 +50,52 @@ async def chunk_results(client: BatchClient, chunk: Chunk,
     for file_id in (chunk.output_file_id, chunk.error_file_id):
         if file_id:
             read_lines(await client.content(file_id), answers, problems)
-    ended = chunk.status != "completed"
+    fill_missing(chunk, answers, problems, unrun=chunk.status != "completed")
+    return answers, problems
+
+
+def fill_missing(chunk: Chunk, answers: dict[str, dict[str, Any]],
+                 problems: dict[str, BatchRequestError], *, unrun: bool) -> None:
+    """A problem for each request of the chunk with no result line; ``unrun``:
+    the batch ended before running them all (they are given back)."""
     for cid in chunk.custom_ids:
         if cid not in answers and cid not in problems:
             problems[cid] = BatchRequestError(
                 f"not judged: batch {chunk.batch_id} ended {chunk.status} without running "
-                f"this request{AGAIN}" if ended else
-                f"batch {chunk.batch_id} completed without a result for this request",
-                unanswered=ended)
-    return answers, problems
+                f"this request{AGAIN}" if unrun else
+                f"batch {chunk.batch_id} {chunk.status} without a result for this request",
+                unanswered=unrun)
 
 
-def read_lines(content: bytes, answers: dict[str, dict[str, Any]],
-               problems: dict[str, BatchRequestError]) -> None:
-    """Sort the JSONL lines of an output or error file into the two dicts."""
+def keyed_lines(content: bytes) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(custom_id, line) of each JSON object line of a results file; a line
+    that names no custom_id is skipped (its request shows as missing)."""
     for raw in content.splitlines():
         if not raw.strip():
             continue
         try:
             line = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            continue  # no custom_id to blame: its request shows as missing
-        if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
             continue
+        if isinstance(line, dict) and isinstance(line.get("custom_id"), str):
+            yield line["custom_id"], line
+
+
+def read_lines(content: bytes, answers: dict[str, dict[str, Any]],
+               problems: dict[str, BatchRequestError]) -> None:
+    """Sort the JSONL lines of an output or error file into the two dicts."""
+    for custom_id, line in keyed_lines(content):
         body, problem = _line_answer(line)
         if problem is None:
-            answers[line["custom_id"]] = body  # type: ignore[assignment]
+            answers[custom_id] = body  # type: ignore[assignment]
         else:
-            problems[line["custom_id"]] = problem
+            problems[custom_id] = problem
+
+
+def not_run(why: str) -> BatchRequestError:
+    """The error of a request its batch never ran (nothing paid): given back."""
+    return BatchRequestError(f"not judged: the batch did not run this request ({why}){AGAIN}",
+                             unanswered=True)
 
 
 def _line_answer(line: dict[str, Any]) -> tuple[dict[str, Any] | None, BatchRequestError | None]:
@@ -84,22 +104,22 @@ def _line_answer(line: dict[str, Any]) -> tuple[dict[str, Any] | None, BatchRequ
         code = error.get("code") if isinstance(error, dict) else None
         message = error.get("message") if isinstance(error, dict) else error
         if code in NOT_RUN_CODES:
-            return None, BatchRequestError(f"not judged: the batch did not run this request "
-                                           f"({code}: {_short(message)}){AGAIN}", unanswered=True)
+            return None, not_run(f"{code}: {short(message)}")
         return None, BatchRequestError(f"batch request failed: {code or 'error'}: "
-                                       f"{_short(message)}")
+                                       f"{short(message)}")
     response = line.get("response")
     if not isinstance(response, dict):
         return None, BatchRequestError("batch request failed: the result line has no response")
     status, body = response.get("status_code"), response.get("body")
     if status != 200:
-        return None, BatchRequestError(f"batch request failed: HTTP {status}: {_short(body)}")
+        return None, BatchRequestError(f"batch request failed: HTTP {status}: {short(body)}")
     if not isinstance(body, dict):
         return None, BatchRequestError(f"batch request failed: the response body is not a "
-                                       f"JSON object: {_short(body)}")
+                                       f"JSON object: {short(body)}")
     return body, None
 
 
-def _short(value: Any) -> str:
+def short(value: Any) -> str:
+    """A value as one line of at most 300 characters, for an error message."""
     text = value if isinstance(value, str) else orjson.dumps(value).decode()
     return " ".join(text.split())[:300]

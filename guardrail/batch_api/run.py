@@ -3,7 +3,9 @@
 Same judge, same prompts, same parsing and the same output files as
 :func:`guardrail.batch.run_batch`; only the transport differs (every call a
 line of a batch, see :mod:`~guardrail.batch_api.collector`) and the price
-(the batch price, :func:`batch_prices`)::
+(the batch price, :func:`batch_prices`). An ``anthropic/`` judge goes through
+Anthropic's Message Batches (:mod:`~guardrail.batch_api.anthropic`), any other
+through the OpenAI-compatible batch API (:func:`batch_endpoint`)::
 
     summary, stats = await run_batch_api(cases, settings=settings, output_dir=folder,
                                          state_path=folder / STATE_FILE, say=print)
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._litellm import price_tokens
@@ -25,12 +27,14 @@ from ..inputs import InputProblem
 from ..judges.llm import LLMJudge
 from ..models import Case
 from ..settings import JudgeSettings, Settings
+from .api import BatchAPI, OpenAIBatches
 from .client import BatchClient
 from .collector import BatchCollector, BatchTransport, Say
+from .settings import BatchApiSettings
 from .state import BatchState
 
-__all__ = ["run_batch_api", "batch_settings", "batch_prices", "batch_endpoint", "BatchRunStats",
-           "STATE_FILE", "OPENAI_API_BASE"]
+__all__ = ["run_batch_api", "batch_settings", "batch_prices", "batch_endpoint", "batch_judge",
+           "BatchRunStats", "Endpoint", "STATE_FILE", "OPENAI_API_BASE", "PROVIDER_LIMITS"]
 
 #: The state file's name inside ``--output-dir`` unless ``--batch-state`` names one.
 STATE_FILE = ".batch-api-state.json"
@@ -40,6 +44,10 @@ OPENAI_API_BASE = "https://api.openai.com/v1"
 CALL_WAIT_SECONDS = 3 * 24 * 3600.0
 #: The judge's limit on calls in flight: in a batch every call is in flight.
 IN_FLIGHT = 1_000_000
+#: (batch_max_requests, batch_max_bytes) where a provider's limits differ from
+#: the defaults (OpenAI's); a value the user set wins. Anthropic takes 100,000
+#: requests or 256 MB per batch; the bytes leave a margin for the JSON around the lines.
+PROVIDER_LIMITS = {"anthropic": (100_000, 250_000_000)}
 
 
 @dataclass
@@ -79,21 +87,81 @@ def batch_settings(settings: Settings) -> Settings:
                                   "max_retries": 0}
     if prices is not None:
         changes["input_cost_per_token"], changes["output_cost_per_token"] = prices
-    return settings.model_copy(update={"judge": judge.model_copy(update=changes)})
+    return settings.model_copy(update={"judge": judge.model_copy(update=changes),
+                                       "batch_api": _limits(settings)})
 
 
-def batch_endpoint(judge: JudgeSettings) -> tuple[str, str | None]:
-    """(API base, key) of the batch API: the judge's own, else OpenAI's."""
+def _limits(settings: Settings) -> BatchApiSettings:
+    """``batch_api`` with the provider's chunk limits where the user set none."""
+    batch = settings.batch_api
+    limits = PROVIDER_LIMITS.get(_provider(settings.judge.model))
+    if limits is None:
+        return batch
+    return batch.model_copy(update={name: value for name, value in
+                                    zip(("max_requests", "max_bytes"), limits)
+                                    if name not in batch.model_fields_set})
+
+
+def _provider(model: str) -> str:
+    return model.partition("/")[0] if "/" in model else "openai"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the batch API is: ``provider`` "anthropic" (Message Batches) or
+    "openai" (any OpenAI-compatible files and batches API)."""
+
+    provider: str
+    api_base: str
+    key: str | None = field(default=None, repr=False)
+
+
+def batch_endpoint(judge: JudgeSettings) -> Endpoint:
+    """The batch API of the judge: Anthropic's for an ``anthropic/`` model (at
+    ``judge_api_base`` if set), else the OpenAI-compatible one at
+    ``judge_api_base``, else OpenAI's."""
     if judge.protocol != "rubric":
         raise ConfigError(f"--batch-api takes the rubric judge, not judge_protocol="
                           f"{judge.protocol}")
-    provider = judge.model.partition("/")[0] if "/" in judge.model else "openai"
+    provider = _provider(judge.model)
+    secret = judge.api_key.get_secret_value() if judge.api_key else None
+    if provider == "anthropic":
+        from .anthropic import ANTHROPIC_API_BASE, messages_root
+
+        return Endpoint("anthropic", messages_root(judge.api_base or ANTHROPIC_API_BASE),
+                        secret or os.environ.get("ANTHROPIC_API_KEY"))
     if judge.api_base is None and provider != "openai":
-        raise ConfigError(f"--batch-api speaks the OpenAI-compatible files and batches API; "
-                          f"{judge.model!r} needs judge_api_base pointing at one (Anthropic "
-                          "Message Batches are not supported yet)")
-    key = judge.api_key.get_secret_value() if judge.api_key else os.environ.get("OPENAI_API_KEY")
-    return (judge.api_base or OPENAI_API_BASE), key
+        raise ConfigError(f"--batch-api speaks OpenAI's batch API and Anthropic's Message "
+                          f"Batches; {judge.model!r} needs judge_api_base pointing at an "
+                          "OpenAI-compatible one")
+    return Endpoint("openai", judge.api_base or OPENAI_API_BASE,
+                    secret or os.environ.get("OPENAI_API_KEY"))
+
+
+def batch_judge(settings: Settings, state_path: Path, say: Say | None = None,
+                ) -> tuple[Settings, LLMJudge, BatchCollector]:
+    """The settings a batch run judges with, its judge and the judge's collector
+    (whose ``state`` is read from ``state_path``); closing the judge closes both."""
+    endpoint = batch_endpoint(settings.judge)
+    settings = batch_settings(settings)
+    state = BatchState.open(state_path, api_base=endpoint.api_base, model=settings.judge.model)
+    collector = BatchCollector(_open_api(endpoint, settings, state, say), state,
+                               settings=settings.batch_api, say=say)
+    return settings, LLMJudge(settings.judge, transport=BatchTransport(settings.judge,
+                                                                      collector)), collector
+
+
+def _open_api(endpoint: Endpoint, settings: Settings, state: BatchState,
+              say: Say | None) -> BatchAPI:
+    if endpoint.provider == "anthropic":
+        from .anthropic import MessageBatchClient, MessageBatches
+
+        # Staged create requests live beside the state file (see the anthropic module).
+        spool = None if state.path is None else state.path.with_name(state.path.name + ".staged")
+        return MessageBatches(MessageBatchClient(endpoint.api_base, api_key=endpoint.key),
+                              spool=spool, say=say)
+    return OpenAIBatches(BatchClient(endpoint.api_base, api_key=endpoint.key),
+                         completion_window=settings.batch_api.completion_window)
 
 
 async def run_batch_api(cases: list[tuple[str, Case]], *, settings: Settings, output_dir: Path,
@@ -104,13 +172,8 @@ async def run_batch_api(cases: list[tuple[str, Case]], *, settings: Settings, ou
     """Judge ``cases`` through the batch API and write what ``run_batch`` writes.
     ``state_path`` (default: ``output_dir/.batch-api-state.json``) is what a
     rerun resumes from."""
-    api_base, key = batch_endpoint(settings.judge)
-    settings = batch_settings(settings)
     state_path = state_path or output_dir / STATE_FILE
-    state = BatchState.open(state_path, api_base=api_base, model=settings.judge.model)
-    collector = BatchCollector(BatchClient(api_base, api_key=key), state,
-                               settings=settings.batch_api, say=say)
-    judge = LLMJudge(settings.judge, transport=BatchTransport(settings.judge, collector))
+    settings, judge, collector = batch_judge(settings, state_path, say)
     # run_batch closes the judge, which closes the collector and its client.
     summary = await run_batch(cases, settings=settings, output_dir=output_dir, report=report,
                               problems=problems, judge=judge, progress=progress)

@@ -21,10 +21,12 @@ class BatchApiSettings(BaseModel):
 
     max_requests: int = Field(default=50_000, ge=1)
     """Most requests in one submitted batch (OpenAI takes 50,000); more become
-    further chunks, each its own batch."""
+    further chunks, each its own batch. Unset, an ``anthropic/`` judge takes
+    100,000 (Anthropic's limit)."""
     max_bytes: int = Field(default=190_000_000, ge=1000)
-    """Most bytes of one batch's request file (OpenAI takes 200 MB; the default
-    leaves a margin)."""
+    """Most bytes of one batch's requests (OpenAI takes 200 MB; the default
+    leaves a margin). Unset, an ``anthropic/`` judge takes 250,000,000 (Anthropic
+    takes 256 MB)."""
     gather_seconds: float = Field(default=2.0, gt=0)
     """Seconds without a new request after which the requests gathered so far are
     submitted as a chunk of their own (a full chunk goes at once)."""
@@ -34,7 +36,8 @@ class BatchApiSettings(BaseModel):
     poll_max_seconds: float = Field(default=300.0, gt=0)
     """Longest wait between two status checks of one batch."""
     completion_window: str = "24h"
-    """The ``completion_window`` asked of the provider (OpenAI takes ``24h``)."""
+    """The ``completion_window`` asked of the provider (OpenAI takes ``24h``;
+    Anthropic's Message Batches have no such setting and end within 24 hours)."""
     discount: float = Field(default=0.5, gt=0, le=1)
     """Share of the normal price a batch request costs when the price map has no
     batch price for the judge model (OpenAI's and Anthropic's batch discount:

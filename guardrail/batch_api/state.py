@@ -29,8 +29,8 @@ from ..errors import ConfigError
 
 __all__ = ["BatchState", "Chunk", "StateMismatch", "TERMINAL"]
 
-#: Batch statuses after which nothing changes any more.
-TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+#: Batch statuses after which nothing changes any more (OpenAI's; Anthropic's ``ended``).
+TERMINAL = frozenset({"completed", "failed", "expired", "cancelled", "ended"})
 _VERSION = 1
 
 
@@ -44,6 +44,8 @@ class Chunk:
 
     number: int
     custom_ids: list[str]
+    #: Where its requests are staged: the uploaded file's id (OpenAI), or the
+    #: local file of the batch's create request (Anthropic, until it is created).
     file_id: str | None = None
     batch_id: str | None = None
     status: str = "new"
@@ -53,6 +55,8 @@ class Chunk:
     published: bool = False
     #: Requests given back after the batch ended without answering them.
     released: list[str] = field(default_factory=list)
+    #: When its requests were staged (Unix time): its batch was created after.
+    staged_at: float | None = None
 
     @property
     def finished(self) -> bool:

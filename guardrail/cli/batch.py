@@ -160,7 +160,8 @@ def batch_api_options(func: Any) -> Any:
                              "~/.cache/guardrail/replay-batch-state.json).")(func)
     return click.option("--batch-api", is_flag=True,
                         help="Send the judge requests through the provider's batch API "
-                             "(OpenAI-compatible /files + /batches) at the batch price; "
+                             "(Anthropic's Message Batches for an anthropic/ judge, else "
+                             "OpenAI-compatible /files + /batches) at the batch price; "
                              "results come when each batch finishes (up to 24 h). A rerun "
                              "resumes the batches already submitted.")(func)
 

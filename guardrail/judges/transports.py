@@ -45,7 +45,8 @@ from ..settings import JudgeSettings
 
 __all__ = ["Completion", "Transport", "LiteLLMTransport", "HTTPTransport", "HTTPStatusError",
            "OpenAICompatibleClient", "make_transport", "uses_direct_http", "status_of",
-           "CONFIG_SETTINGS", "chat_body", "completion_from_json", "answer_object"]
+           "CONFIG_SETTINGS", "chat_body", "completion_from_json", "completion_from_response",
+           "answer_object"]
 
 #: litellm provider prefixes whose api_base speaks the OpenAI chat API as is.
 _OPENAI_COMPATIBLE = ("openai/", "hosted_vllm/")
@@ -162,19 +163,7 @@ class LiteLLMTransport:
             kwargs["api_key"] = s.api_key.get_secret_value()
         if self.asks_logprobs:
             kwargs.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
-        response = await self._send(kwargs)
-        tokens = getattr(response, "usage", None)
-        try:
-            choice = response.choices[0]
-            content = choice.message.content
-        except (AttributeError, IndexError):
-            choice = content = None
-        details = getattr(tokens, "prompt_tokens_details", None)
-        cached = (getattr(details, "cached_tokens", None)
-                  or getattr(tokens, "cache_read_input_tokens", None))
-        return Completion(content, _count(getattr(tokens, "prompt_tokens", 0)),
-                          _count(getattr(tokens, "completion_tokens", 0)), _count(cached),
-                          read_logprobs(getattr(choice, "logprobs", None)))
+        return completion_from_response(await self._send(kwargs))
 
     async def _send(self, kwargs: dict[str, Any]) -> Any:
         try:
@@ -244,6 +233,23 @@ class HTTPTransport:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def completion_from_response(response: Any) -> Completion:
+    """A litellm ``ModelResponse`` as a :class:`Completion` (missing parts None or 0);
+    the batch path reads litellm's translation of an Anthropic answer with it too."""
+    tokens = getattr(response, "usage", None)
+    try:
+        choice = response.choices[0]
+        content = choice.message.content
+    except (AttributeError, IndexError):
+        choice = content = None
+    details = getattr(tokens, "prompt_tokens_details", None)
+    cached = (getattr(details, "cached_tokens", None)
+              or getattr(tokens, "cache_read_input_tokens", None))
+    return Completion(content, _count(getattr(tokens, "prompt_tokens", 0)),
+                      _count(getattr(tokens, "completion_tokens", 0)), _count(cached),
+                      read_logprobs(getattr(choice, "logprobs", None)))
 
 
 def chat_body(settings: JudgeSettings, messages: Messages, response_format: dict[str, Any] | None,

@@ -17,6 +17,10 @@ run can be compared field for field with a synchronous run against
         server.release_first = 1                # but for the first one created
         ...                                     # point judge_api_base at server.api_base
         server.creates, server.uploads, server.polls, server.downloads
+
+:class:`StandInBatches` is what it shares with the Anthropic stand-in
+(tests/support/anthropic_batch_server.py): ids, counters, held batches,
+outages, the rule judge's answers and serving.
 """
 
 from __future__ import annotations
@@ -36,21 +40,17 @@ from guardrail.local.rule_logprobs import steer_answer
 STEPS = ("validating", "in_progress", "finalizing", "completed")
 
 
-class BatchServer(ThreadServing):
-    def __init__(self, *, max_requests: int = 50_000, max_bytes: int = 200_000_000,
-                 steps_per_status: int = 1) -> None:
+class StandInBatches(ThreadServing):
+    """The parts both stand-in batch servers share (see module doc)."""
+
+    def __init__(self) -> None:
         self.host, self.port = "127.0.0.1", 0
-        self.max_requests, self.max_bytes = max_requests, max_bytes
-        self.steps_per_status = steps_per_status
-        self.files: dict[str, bytes] = {}
         self.batches: dict[str, dict[str, Any]] = {}
         self._polls_of: dict[str, int] = {}
         self._ids = itertools.count(1)
-        self.creates = self.uploads = self.polls = self.downloads = 0
-        #: custom_id → an error-file line (its ``error.message``) instead of an answer.
+        self.creates = self.polls = self.downloads = 0
+        #: custom_id → an error line (its error message) instead of an answer.
         self.error_for: Callable[[str, dict], str | None] = lambda cid, body: None
-        #: custom_id → an HTTP status other than 200 for its response line.
-        self.http_status_for: Callable[[str, dict], int | None] = lambda cid, body: None
         #: custom_id → raw answer content (garbage) instead of the rule judge's.
         self.content_for: Callable[[str, dict], str | None] = lambda cid, body: None
         self.expire_next = 0
@@ -58,18 +58,76 @@ class BatchServer(ThreadServing):
         #: except the first ``release_first`` created.
         self.hold = False
         self.release_first = 0
-        self.fail_next = 0
         #: The next status checks answer 503 (a provider's blip).
         self.fail_polls = 0
         self.created_sizes: list[int] = []
-        self._created: list[int] = []
+        self._created: list[str] = []
+
+    def _new_id(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._ids)}"
+
+    def _take(self, name: str) -> bool:
+        left = getattr(self, name)
+        if left:
+            setattr(self, name, left - 1)
+        return bool(left)
+
+    def _register(self, batch: dict[str, Any], size: int) -> None:
+        self.creates += 1
+        self.created_sizes.append(size)
+        self.batches[batch["id"]] = batch
+        self._created.append(batch["id"])
+        self._polls_of[batch["id"]] = 0
+
+    def _check(self, batch_id: str) -> tuple[dict[str, Any] | None, web.Response | None]:
+        """A status check of a batch: (the batch, its poll counted) or an error answer."""
+        batch = self.batches.get(batch_id)
+        if batch is None:
+            return None, _error(404, "no such batch")
+        self.polls += 1
+        if self.fail_polls:
+            self.fail_polls -= 1
+            return None, _error(503, "stand-in outage")
+        self._polls_of[batch_id] += 1
+        return batch, None
+
+    def _held(self, batch_id: str) -> bool:
+        return self.hold and batch_id not in self._created[:self.release_first]
+
+    def _rule_content(self, cid: str, body: dict[str, Any]) -> str:
+        """The answer text to a chat body: ``content_for``'s, else the rule judge's."""
+        content = self.content_for(cid, body)
+        if content is None:
+            content = json.dumps(steer_answer(rule_answer(body, triggers=DEFAULT_TRIGGERS),
+                                              body, {}))
+        return content
+
+    async def _serve(self, routes: list[web.RouteDef], middlewares: tuple = ()) -> Any:
+        app = web.Application(client_max_size=300 * 1024 * 1024, middlewares=middlewares)
+        app.add_routes(routes)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await runner.setup()
+        await web.TCPSite(runner, self.host, self.port).start()
+        self.port = runner.addresses[0][1]
+        self._runner = runner
+        return self
+
+
+class BatchServer(StandInBatches):
+    def __init__(self, *, max_requests: int = 50_000, max_bytes: int = 200_000_000,
+                 steps_per_status: int = 1) -> None:
+        super().__init__()
+        self.max_requests, self.max_bytes = max_requests, max_bytes
+        self.steps_per_status = steps_per_status
+        self.files: dict[str, bytes] = {}
+        self.uploads = 0
+        #: custom_id → an HTTP status other than 200 for its response line.
+        self.http_status_for: Callable[[str, dict], int | None] = lambda cid, body: None
+        self.fail_next = 0
 
     @property
     def api_base(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
-
-    def _new_id(self, prefix: str) -> str:
-        return f"{prefix}-{next(self._ids)}"
 
     async def _upload(self, request: web.Request) -> web.Response:
         form = await request.post()
@@ -100,8 +158,6 @@ class BatchServer(ThreadServing):
             return _error(400, f"batch too large: {len(lines)} requests, {len(content)} bytes")
         if body.get("endpoint") != "/v1/chat/completions" or not body.get("completion_window"):
             return _error(400, "endpoint /v1/chat/completions and completion_window required")
-        self.creates += 1
-        self.created_sizes.append(len(lines))
         batch = {"id": self._new_id("batch"), "object": "batch", "status": "validating",
                  "input_file_id": body["input_file_id"], "endpoint": body["endpoint"],
                  "completion_window": body["completion_window"], "created_at": int(time.time()),
@@ -109,26 +165,13 @@ class BatchServer(ThreadServing):
                  "request_counts": {"total": len(lines), "completed": 0, "failed": 0}}
         batch["_end"] = ("failed" if self._take("fail_next")
                          else "expired" if self._take("expire_next") else "completed")
-        self.batches[batch["id"]] = batch
-        self._created.append(int(batch["id"].split("-")[1]))
-        self._polls_of[batch["id"]] = 0
+        self._register(batch, len(lines))
         return web.json_response(_public(batch))
 
-    def _take(self, name: str) -> bool:
-        left = getattr(self, name)
-        if left:
-            setattr(self, name, left - 1)
-        return bool(left)
-
     async def _retrieve(self, request: web.Request) -> web.Response:
-        batch = self.batches.get(request.match_info["batch_id"])
+        batch, refused = self._check(request.match_info["batch_id"])
         if batch is None:
-            return _error(404, "no such batch")
-        self.polls += 1
-        if self.fail_polls:
-            self.fail_polls -= 1
-            return _error(503, "stand-in outage")
-        self._polls_of[batch["id"]] += 1
+            return refused  # type: ignore[return-value]
         self._advance(batch, self._polls_of[batch["id"]] // self.steps_per_status)
         return web.json_response(_public(batch))
 
@@ -145,8 +188,7 @@ class BatchServer(ThreadServing):
             batch["status"] = "failed"
             batch["errors"] = {"data": [{"code": "invalid_request", "message": "stand-in failure"}]}
             return
-        held = self.hold and int(batch["id"].split("-")[1]) not in self._created[:self.release_first]
-        status = STEPS[min(step, 1 if held else len(STEPS) - 1)]
+        status = STEPS[min(step, 1 if self._held(batch["id"]) else len(STEPS) - 1)]
         if status == "completed":
             self._finish(batch)
         else:
@@ -183,10 +225,7 @@ class BatchServer(ThreadServing):
             entry["response"] = {"status_code": status, "request_id": "x", "body": {
                 "error": {"message": "stand-in error", "type": "server_error"}}}
             return entry
-        content = self.content_for(cid, body)
-        if content is None:
-            content = json.dumps(steer_answer(rule_answer(body, triggers=DEFAULT_TRIGGERS),
-                                              body, {}))
+        content = self._rule_content(cid, body)
         entry["response"] = {"status_code": 200, "request_id": "x",
                              "body": rule_completion(body, content, p_unsafe={})}
         return entry
@@ -199,18 +238,12 @@ class BatchServer(ThreadServing):
         return file_id
 
     async def start(self) -> BatchServer:
-        app = web.Application(client_max_size=300 * 1024 * 1024)
-        app.router.add_post("/v1/files", self._upload)
-        app.router.add_get("/v1/files/{file_id}/content", self._content)
-        app.router.add_post("/v1/batches", self._create)
-        app.router.add_get("/v1/batches", self._list)
-        app.router.add_get("/v1/batches/{batch_id}", self._retrieve)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await runner.setup()
-        await web.TCPSite(runner, self.host, self.port).start()
-        self.port = runner.addresses[0][1]
-        self._runner = runner
-        return self
+        return await self._serve([
+            web.post("/v1/files", self._upload),
+            web.get("/v1/files/{file_id}/content", self._content),
+            web.post("/v1/batches", self._create),
+            web.get("/v1/batches", self._list),
+            web.get("/v1/batches/{batch_id}", self._retrieve)])
 
 
 def _public(batch: dict[str, Any]) -> dict[str, Any]:
