@@ -108,8 +108,11 @@ async def test_per_request_failures_are_those_cases_errors(tmp_path, batch_serve
         report = orjson.loads((tmp_path / f"{case}.json").read_bytes())
         assert all(says in m["error"] and m["score"] is None and m["result"] == []
                    for m in report["metrics"]), report
-    # The garbled answer was asked again, as the synchronous judge does: a later batch.
-    assert batch_server.creates == 4 and batch_server.created_sizes[-1] == 1
+    # The garbled answer was asked again, as the synchronous judge does: a later batch
+    # (with or without other requests: on a loaded machine the last ones may join it).
+    asked = [b["id"] for b in batch_server.batches.values()
+             if b"the station" in batch_server.files[b["input_file_id"]]]
+    assert len(asked) == 2 and sum(batch_server.created_sizes) == len(TEXTS) + 1
 
 
 async def test_an_expired_batch_reports_the_unrun_requests_and_a_rerun_submits_them(
