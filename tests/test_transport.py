@@ -417,6 +417,64 @@ def test_a_commit_waiting_on_a_record_not_yet_delivered_reads_nothing_again(monk
     assert consumer._next[tp] == 100 and not consumer._seeks
 
 
+def _waits(consumer, tp, now, rounds):
+    """``_new_offset`` at ``rounds`` moments LOST_AFTER_SECONDS apart, from the
+    commit loop's own listing of partitions; the offsets it was sought back to."""
+    from guardrail.agents import consumer as consumer_module
+
+    async def commit_rounds():
+        for _ in range(rounds):
+            assert tp in set(consumer._filter_tps_with_pending_acks())
+            assert consumer._new_offset(tp) is None
+            await asyncio.sleep(0)
+            now[0] += consumer_module.LOST_AFTER_SECONDS
+
+    asyncio.run(commit_rounds())
+
+
+def test_the_last_record_delivered_lost_on_its_way_is_read_again(monkeypatch):
+    # 100 delivered, the last of a burst, dropped on its way (no ack, no stream
+    # holds it, no queue): no later ack proves it lost, yet it is read again.
+    from guardrail.agents import consumer as consumer_module
+
+    consumer, tp = _chain_consumer("lost-last")
+    seeks = _reading(consumer, tp, at=101)
+    now = [1000.0]
+    monkeypatch.setattr(consumer_module.time, "monotonic", lambda: now[0])
+    _waits(consumer, tp, now, rounds=2)
+    assert seeks == [100] and consumer._next[tp] == 100
+
+
+def test_the_last_record_delivered_is_not_read_again_while_a_stream_or_queue_holds_it(
+        monkeypatch):
+    from types import SimpleNamespace
+
+    from guardrail.agents import consumer as consumer_module
+
+    now = [1000.0]
+    monkeypatch.setattr(consumer_module.time, "monotonic", lambda: now[0])
+    held = _chain_consumer("held-by-stream")  # the agent took it: judging it, slowly
+    seeks = _reading(*held, at=101)
+    message = _message(held[1], 100, 1)
+    held[0].track_message(message)
+    _waits(*held, now, rounds=3)
+    assert seeks == []
+    queued = _chain_consumer("held-in-queue")  # waiting in its agent's channel
+    seeks = _reading(*queued, at=101)
+    queue = asyncio.Queue(maxsize=10)
+    queue.put_nowait(SimpleNamespace(message=_message(queued[1], 100, 1)))
+    queued[0].app.topics._tp_index[queued[1]] = [SimpleNamespace(_queue=queue)]
+    _waits(*queued, now, rounds=3)
+    assert seeks == []
+    full = _chain_consumer("drain-waiting")  # its queue full: the drain may hold it
+    seeks = _reading(*full, at=101)
+    queue = asyncio.Queue(maxsize=1)
+    queue.put_nowait(SimpleNamespace(message=_message(TP("input", 1), 7, 1)))
+    full[0].app.topics._tp_index[full[1]] = [SimpleNamespace(_queue=queue)]
+    _waits(*full, now, rounds=3)
+    assert seeks == []
+
+
 async def test_every_topic_an_agent_processes_in_order_is_acked_by_hand():
     # A record Faust's stream skips as a rebalance stops the flow is acked like a
     # processed one; on these topics such an ack never reaches a commit (seen: a

@@ -31,7 +31,8 @@ window counter stalled on one judgments record after a restart). The agents
 ack in offset order, so a commit that waits on a delivered record while
 records after it are done waits on a lost one: after ``LOST_AFTER_SECONDS``
 it is read again, and the records after it that were processed (on a topic
-acked by hand) are passed over.
+acked by hand) are passed over. With nothing done after it, it is lost when
+no stream holds it and no channel queues it (the last record of a burst).
 
 **Records in offset order, from where the seek put them.** After a rebalance
 Faust resumes partitions before it seeks them to their committed offsets, and
@@ -137,9 +138,20 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
     async def _add_gap(self, tp: Any, offset_from: int, offset_to: int) -> None:
         """Faust's own gaps are never recorded: :meth:`_place` records the real ones."""
 
+    def _filter_tps_with_pending_acks(self, topics: Any = None) -> Any:
+        """Faust's, and every partition in reading (one whose only delivered
+        record was lost has no ack to list it)."""
+        tps = set(super()._filter_tps_with_pending_acks(topics))
+        tps.update(tp for tp in self._sought if tp in self._next and (
+            topics is None or tp in topics or tp.topic in topics))
+        return iter(tps)
+
     def _new_offset(self, tp: Any) -> int | None:
         base, acked = self._base.get(tp), self._acked[tp]
-        if base is None or not acked:
+        if base is None:
+            return None
+        if not acked:
+            self._check_lost_last(tp, base)
             return None
         gap = self._gap[tp]
         if gap:  # offsets that do not exist count as done
@@ -343,6 +355,25 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
                         "later ones were; reading again from it", tp.topic, tp.partition,
                         base, now - since)
             self._seek_back(tp, base)
+
+    def _check_lost_last(self, tp: Any, base: int) -> None:
+        """Nothing after ``base`` is done, so no later ack proves it lost (the last
+        record of a burst, dropped on its way, would wait for more traffic): it
+        is lost when no stream holds it and no channel queues it."""
+        if self._in_hand(tp, base):
+            self._waiting.pop(tp, None)
+        else:
+            self._check_lost(tp, base)
+
+    def _in_hand(self, tp: Any, offset: int) -> bool:
+        """A stream took the record and has not acked it, or a channel of its
+        partition queues it or is full (the drain may be waiting to put it)."""
+        queues = [q for c in self.app.topics._tp_index.get(tp, ())
+                  if (q := getattr(c, "_queue", None)) is not None]
+        held = [m for m in list(self._unacked_messages) if not m.acked] + [
+            getattr(event, "message", None) for q in queues for event in list(q._queue)]
+        return any(q.full() for q in queues) or any(
+            getattr(m, "offset", None) == offset and getattr(m, "tp", None) == tp for m in held)
 
     def _delivered(self, tp: Any, offset: int) -> bool:
         """Whether this assignment's reading has passed ``offset``."""
