@@ -2,6 +2,7 @@
 
     flock /tmp/guardrail-bench.lock python bench/batch_api.py            # ~2-3 min
     python bench/batch_api.py --cases 2000 --chunk 500 --skip-sync
+    python bench/batch_api.py --provider anthropic    # Message Batches, an anthropic/ judge
 
 The real command in its own process (``guardrail run redteam --batch-api``),
 the stand-in batch server (tests/support/batch_server.py, the rule judge's
@@ -10,9 +11,12 @@ answers) served from a thread of this process. Figures: requests, chunks
 command again on the same output folder (a restart: what it re-submits);
 then the synchronous run of the same cases against the stand-in judge, for
 the verdicts (they must match) and the price. Both are priced for
-``--model`` (default ``openai/gpt-4o-mini``) from litellm's bundled map on the
-token counts the stand-ins report (characters / 4), so the ratio is the
-price map's, not a provider's bill. Writes bench/results/batch_api-<stamp>.json.
+``--model`` (default ``openai/gpt-4o-mini``; with ``--provider anthropic``,
+``anthropic/claude-haiku-4-5`` against the stand-in Anthropic API,
+tests/support/anthropic_batch_server.py, which serves the synchronous
+``/v1/messages`` too) from litellm's bundled map on the token counts the
+stand-ins report (characters / 4), so the ratio is the price map's, not a
+provider's bill. Writes bench/results/batch_api-<stamp>.json.
 """
 
 from __future__ import annotations
@@ -29,9 +33,15 @@ from typing import Any
 from common import PY, ROOT, cases, meta, write_json
 
 from guardrail.local.rule_judge import JudgeServer
+from tests.support.anthropic_batch_server import AnthropicBatchServer
 from tests.support.batch_server import BatchServer
 
 KEY = "sk-bench-0123456789"
+MODELS = {"openai": "openai/gpt-4o-mini", "anthropic": "anthropic/claude-haiku-4-5"}
+
+
+def _batch_server(opts: argparse.Namespace) -> Any:
+    return AnthropicBatchServer(key=KEY) if opts.provider == "anthropic" else BatchServer()
 
 
 def _write_cases(path: Path, n: int) -> None:
@@ -67,28 +77,31 @@ def _summary(folder: Path) -> dict[str, Any]:
 
 
 def _batch(opts: argparse.Namespace, inputs: Path, out: Path) -> dict[str, Any]:
-    with BatchServer() as server:
+    with _batch_server(opts) as server:
         command = ["run", "redteam", "--input", str(inputs), "--output-dir", str(out),
                    "--batch-api", "--model", opts.model, "--api-base", server.api_base, "--quiet"]
         seconds, _ = _run(command, _env(opts))
         first = {"seconds": round(seconds, 1), "requests": sum(server.created_sizes),
                  "chunks": server.creates, "chunk_sizes": list(server.created_sizes),
                  "status_checks": server.polls, **_summary(out)}
-        uploads, downloads = server.uploads, server.downloads
+        # Anthropic's API keeps no files: a batch's requests travel in its create.
+        uploads, downloads = getattr(server, "uploads", server.creates), server.downloads
         seconds, proc = _run(command, _env(opts))
         again = {"seconds": round(seconds, 1), "new_chunks": server.creates - first["chunks"],
-                 "new_uploads": server.uploads - uploads,
+                 "new_uploads": getattr(server, "uploads", server.creates) - uploads,
                  "result_files_read": server.downloads - downloads,
                  "line": proc.stderr.strip().splitlines()[-1], **_summary(out)}
     return {"first": first, "restart": again}
 
 
 def _sync(opts: argparse.Namespace, inputs: Path, out: Path) -> dict[str, Any]:
-    with JudgeServer() as server:
+    anthropic = opts.provider == "anthropic"
+    with AnthropicBatchServer(key=KEY) if anthropic else JudgeServer() as server:
         seconds, _ = _run(["run", "redteam", "--input", str(inputs), "--output-dir", str(out),
                            "--model", opts.model, "--api-base", server.api_base, "--quiet"],
                           _env(opts))
-        return {"seconds": round(seconds, 1), "calls": server.calls, **_summary(out)}
+        calls = len(server.sync_bodies) if anthropic else server.calls
+        return {"seconds": round(seconds, 1), "calls": calls, **_summary(out)}
 
 
 def main() -> None:
@@ -97,9 +110,13 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=2_000, help="batch_max_requests")
     parser.add_argument("--poll", type=float, default=0.25, help="batch_poll_seconds")
     parser.add_argument("--poll-max", type=float, default=2.0, help="batch_poll_max_seconds")
-    parser.add_argument("--model", default="openai/gpt-4o-mini")
+    parser.add_argument("--provider", choices=sorted(MODELS), default="openai",
+                        help="the batch API: OpenAI-compatible files and batches, or "
+                             "Anthropic's Message Batches")
+    parser.add_argument("--model", help="the judge (default: per provider)")
     parser.add_argument("--skip-sync", action="store_true")
     opts = parser.parse_args()
+    opts.model = opts.model or MODELS[opts.provider]
     report: dict[str, Any] = {"meta": meta(), "options": vars(opts)}
     with tempfile.TemporaryDirectory() as tmp:
         inputs = Path(tmp) / "cases.jsonl"
