@@ -28,8 +28,8 @@ import orjson
 from ..assembly import AddOutcome, Book, State
 from .spans import RunSpan
 
-__all__ = ["RunHeader", "RunLimits", "RunBook", "RunStatus", "AddOutcome", "due", "durable", "recount",
-           "FORGET_AFTER_MIN_SECONDS"]
+__all__ = ["RunHeader", "RunLimits", "RunBook", "RunStatus", "AddOutcome", "due", "durable",
+           "recount", "FORGET_AFTER_MIN_SECONDS"]
 
 RunStatus = Literal["complete", "idle", "truncated"]
 #: A closed run is remembered at least this long (late spans are counted, not
