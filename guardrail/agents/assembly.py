@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +42,7 @@ import orjson
 
 from ..assembly import Gathering
 from ..stream.envelope import Source
+from ..stream.event_time import now_ms
 from ..stream.processing import MessageJudge, Outgoing, RawMessage
 from .judging import (MAX_INFLIGHT_BATCHES, RAW_TOPIC, OrderedAcker, output_topics,
                       publish_records, stop_acker)
@@ -59,10 +59,6 @@ log = logging.getLogger("guardrail.assembly")
 SWEEP_SECONDS = 1.0
 TICK_AGAIN_MS = 5000
 BATCH = 500
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Assembler:
@@ -125,7 +121,7 @@ class Assembler:
         except ValueError as exc:
             log.error("skipping an unreadable %s item of %s: %s", g.noun, key, exc)
             return
-        now = _now_ms()
+        now = now_ms()
         header = self.book.headers.get(key)
         if header is None:
             header = self.book.headers[key] = g.new_header(key, now_ms=now)
@@ -149,7 +145,7 @@ class Assembler:
         header = self.book.headers.get(key)
         if header is None:
             return None
-        now, at = _now_ms(), [message.partition, message.offset]
+        now, at = now_ms(), [message.partition, message.offset]
         if header.state == "open":
             status = self.gathering.due(header, now_ms=now)
             if status is None and message.value == b"force":
@@ -179,7 +175,7 @@ class Assembler:
         # again (n more turns, a flagged one) is ticked at the next sweep, not when
         # TICK_AGAIN_MS after the last tick ran out.
         self._ticked.pop(key, None)
-        for item_id in self.gathering.finish(key, header, now_ms=_now_ms()):
+        for item_id in self.gathering.finish(key, header, now_ms=now_ms()):
             self.table.pop(self._item_key(key, item_id), None)
         self._write(key, header)
 
@@ -207,7 +203,7 @@ class Assembler:
             elif kind == g.item_prefix:
                 key, _, item_id = rest.partition("/")
                 items.setdefault(key, {})[item_id] = len(value)
-        now = _now_ms()
+        now = now_ms()
         self.book.rebuild(headers, items, fresh=lambda k: g.new_header(k, now_ms=now),
                           recount=lambda header, ids: g.recount(header, ids, now_ms=now))
         log.info("%ss after recovery: %d open, %d items held", g.noun,
@@ -303,7 +299,7 @@ def register_assembly(runtime: WorkerRuntime, gathering: Gathering[Any], *, topi
 
     @app.timer(SWEEP_SECONDS)
     async def sweep() -> None:
-        for key, value in assembler.ticks_to_send(_now_ms()):
+        for key, value in assembler.ticks_to_send(now_ms()):
             await source.send(key=key.encode(), value=value, headers=list(tick_headers))
         assembler.update_gauges()
 

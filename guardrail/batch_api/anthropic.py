@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import secrets
 from collections.abc import Callable
 from datetime import datetime
@@ -45,7 +44,7 @@ from .anthropic_format import MessagesFormat, read_results
 from .api import Results
 from .client import BatchHTTPError, JSONClient
 from .results import AGAIN, BatchRequestError, fill_missing, short
-from .state import Chunk
+from .state import Chunk, write_atomically
 
 __all__ = ["MessageBatchClient", "MessageBatches", "ANTHROPIC_API_BASE", "messages_root"]
 
@@ -123,7 +122,7 @@ class MessageBatches:
         name = f"guardrail-{custom_ids[0]}-{secrets.token_hex(4)}.json"
         self._staged[name] = staged
         if self._spool is not None:
-            await asyncio.to_thread(_write_atomically, self._spool / name, staged)
+            await asyncio.to_thread(write_atomically, self._spool / name, staged)
         return name
 
     async def create(self, chunk: Chunk) -> dict[str, Any]:
@@ -239,10 +238,3 @@ def _timestamp(value: Any) -> float | None:
         return datetime.fromisoformat(str(value)).timestamp()
     except ValueError:
         return None
-
-
-def _write_atomically(path: Path, content: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(content)
-    os.replace(temporary, path)  # a stop mid-write leaves no half request

@@ -27,7 +27,7 @@ import orjson
 
 from ..errors import ConfigError
 
-__all__ = ["BatchState", "Chunk", "StateMismatch", "TERMINAL"]
+__all__ = ["BatchState", "Chunk", "StateMismatch", "TERMINAL", "write_atomically"]
 
 #: Batch statuses after which nothing changes any more (OpenAI's; Anthropic's ``ended``).
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled", "ended"})
@@ -142,7 +142,13 @@ class BatchState:
             return
         data = {"version": _VERSION, "api_base": self.api_base, "model": self.model,
                 "chunks": [asdict(c) for c in self.chunks], "published": self.published}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(self.path.name + ".tmp")
-        temporary.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
-        os.replace(temporary, self.path)  # atomic: the old state or the new one
+        write_atomically(self.path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
+
+
+def write_atomically(path: Path, content: bytes) -> None:
+    """Write ``path`` whole or not at all: a stop mid-write leaves the old file
+    (or none), never half of the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(content)
+    os.replace(temporary, path)

@@ -201,7 +201,8 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
     await consumer.start()
     await producer.start()
     # What lives as long as the run (imports, schemas, clients) leaves the
-    # collector's walks, as in the worker (guardrail.agents.runner.settle_heap):
+    # collector's walks, as in the worker (guardrail.agents.runner.freeze_heap,
+    # not imported: it would load Faust):
     # a replay allocates a result's objects per message, so full collections
     # come often, and each walked every one of them.
     gc.collect()

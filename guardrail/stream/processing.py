@@ -45,6 +45,7 @@ from .budget import BudgetGovernor
 from .envelope import (DEFAULT_CONVERSATION_CHARS, BadInput, DecodedRecord, Headers,
                        InputMessage, Source, decode_record, dlq_record, group_labels,
                        result_value)
+from .event_time import now_ms
 from .events import JudgmentEvent, Status, encode_bundle
 from .sampling import Sampler
 from .session_turns import (TURN_HEADERS, counts_in_windows, message_unit, turn_record_value,
@@ -390,5 +391,6 @@ class MessageJudge:
 
 def _event_ms(source: Source, message: InputMessage) -> int:
     """The message's event time: its own, else the Kafka timestamp, else now."""
-    return next((t for t in (message.event_time_ms, source.timestamp_ms)
-                 if t is not None and t >= 0), int(time.time() * 1000))
+    held = next((t for t in (message.event_time_ms, source.timestamp_ms)
+                 if t is not None and t >= 0), None)
+    return now_ms() if held is None else held  # the clock read only when needed
