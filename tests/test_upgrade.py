@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from support.faults import _judged, _window_figures, delivery_figures, sample_cases
-from support.harness import StreamEnv, TopicWatcher, produce
+from support.harness import StreamEnv, TopicWatcher, poll, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.both_brokers,
               pytest.mark.slow, pytest.mark.timeout(300)]
@@ -29,6 +29,16 @@ def _get(port: int, path: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+def _holds(worker, topic: str) -> bool:
+    """Whether ``worker`` is assigned a partition of ``topic`` (its lag series)."""
+    try:
+        status, text = _get(worker.web_port, "/metrics")
+    except OSError:  # not serving yet
+        return False
+    return status == 200 and any(line.startswith("guardrail_consumer_lag{")
+                                 and f'topic="{topic}"' in line for line in text.splitlines())
+
+
 def test_a_newer_workers_unknown_events_are_skipped_and_nothing_is_lost(
         kafka_bootstrap, thread_judge, tmp_path):
     thread_judge.reset()
@@ -42,6 +52,10 @@ def test_a_newer_workers_unknown_events_are_skipped_and_nothing_is_lost(
             today = env.start_worker()
             newer = env.start_worker(command=NEWER)
             results.wait_for(lambda r: len(r) >= 150, timeout=120)
+            # The newer worker starts slower than today's judges the first half:
+            # the second goes out once it holds input partitions, or it might
+            # judge nothing and write no probe (seen once in CI).
+            assert poll(lambda: _holds(newer, env.topic("input")), 120), env.logs()[-3000:]
             asyncio.run(produce(kafka_bootstrap, env.topic("input"), second))  # flowing
             done = results.wait_for(
                 lambda r: set(produced) <= {x["case_id"] for x in r}, timeout=180)
