@@ -62,6 +62,7 @@ def test_kinds_and_versions_of_a_newer_release_are_unknown_not_malformed(changes
     _event(),
     _event(status="unsafe", case_id="c1", evidence_spans=("a", "b, c"), origin="live"),
     _event(status="error", source=None, group={}),
+    _event(source=Source("in", 0, 9), floor=7),
 ])
 def test_encode_decode_round_trip(event):
     assert JudgmentEvent.decode(event.encode()) == event
@@ -229,3 +230,10 @@ def test_a_bad_item_of_a_bundle_is_reported_and_the_others_still_count():
 def test_a_record_that_is_no_bundle_and_no_event_is_one_problem(raw, problem):
     events, problems = decode_events(raw)
     assert events == [] and [type(p) for p in problems] == [problem]
+
+
+def test_the_floor_travels_only_when_known_and_must_be_an_integer():
+    assert "floor" not in orjson.loads(_event().encode())
+    assert orjson.loads(_event(floor=0).encode())["floor"] == 0
+    with pytest.raises(MalformedEvent, match="floor must be an integer"):
+        JudgmentEvent.decode(_event(floor=3).encode().replace(b'"floor":3', b'"floor":"3"'))

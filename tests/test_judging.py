@@ -2,8 +2,9 @@
 unfinished batches are cancelled, the runtime hears of it once."""
 
 import asyncio
+from types import SimpleNamespace
 
-from guardrail.agents.judging import OrderedAcker
+from guardrail.agents.judging import OrderedAcker, floors_of
 from guardrail.errors import JudgeConfigError
 
 ERROR = JudgeConfigError("judge configuration error: ...; check judge_api_key",
@@ -91,3 +92,11 @@ async def test_a_batch_being_published_finishes_publishing_and_acking_on_a_stop(
     await acker.settle(timeout=2)
     assert published == [["r1"]] and stream.acked == ["e1"]
     assert acker.cancel() == []  # nothing left to redeliver: no result published twice
+
+
+def test_floors_come_from_the_consumer_and_a_partition_moved_away_claims_nothing():
+    done = {0: 42}
+    consumer = SimpleNamespace(done_below=lambda tp: done.get(tp.partition))
+    floor_of = floors_of(SimpleNamespace(consumer=consumer))
+    assert (floor_of("in", 0), floor_of("in", 1)) == (42, -1)
+    assert floors_of(SimpleNamespace(consumer=object()))("in", 0) is None  # cannot tell

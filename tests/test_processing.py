@@ -146,6 +146,27 @@ async def test_judgment_events_are_typed_on_the_wire_keyed_by_group_family(messa
     assert all(o.timestamp_ms == 1_700_000_000_000 for o in sent)
 
 
+async def test_judgment_events_carry_their_partitions_floor_asked_once_judged(message_judge):
+    asked = []
+
+    def floor_of(topic, partition):
+        asked.append((topic, partition))
+        return {3: 15, 4: 2}[partition]
+
+    batch = [RawMessage(orjson.dumps({"output": "fine"}), Source("in", p, o))
+             for p, o in ((3, 17), (4, 2), (3, 18))]
+    outgoing = await message_judge.process(batch, floor_of=floor_of)
+    events = [e for o in outgoing if o.topic == message_judge.kafka.judgments_topic
+              for e in decode_events(o.value)[0]]
+    assert {(e.source.partition, e.source.offset, e.floor) for e in events} == \
+        {(3, 17, 15), (4, 2, 2), (3, 18, 15)}
+    assert sorted(asked) == [("in", 3), ("in", 4)]
+    unfloored = [e for o in await message_judge.process(batch[:1])
+                 if o.topic == message_judge.kafka.judgments_topic
+                 for e in decode_events(o.value)[0]]
+    assert unfloored and all(e.floor is None for e in unfloored)
+
+
 TRACE = (("traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
          ("bin", b"\x00\xff"))
 

@@ -11,6 +11,7 @@ from faust.transport.consumer import Consumer as FaustConsumer
 from faust.types import TP
 from faust.types.tuples import Message
 
+from guardrail.agents import lost_records
 from guardrail.agents.transport import GuardrailFaustApp, fetched_highwaters
 from guardrail.kafka.topics import ensure_topics
 from guardrail.settings import load_settings
@@ -384,7 +385,7 @@ def test_a_record_lost_on_its_way_to_the_agent_is_read_again_and_only_it(monkeyp
     consumer, tp = _chain_consumer("lost-on-the-way")
     seeks = _reading(consumer, tp, at=103)
     now = [1000.0]
-    monkeypatch.setattr(consumer_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(lost_records.time, "monotonic", lambda: now[0])
 
     async def lost_then_read_again():
         _processed(consumer, tp, 101, 102)
@@ -409,7 +410,7 @@ def test_a_commit_waiting_on_a_record_not_yet_delivered_reads_nothing_again(monk
     consumer, tp = _chain_consumer("not-yet-delivered")
     consumer._sought, consumer._next[tp] = {tp}, 100  # 100 still to come from the broker
     now = [1000.0]
-    monkeypatch.setattr(consumer_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(lost_records.time, "monotonic", lambda: now[0])
     _processed(consumer, tp, 101)
     for _ in range(3):
         assert consumer._new_offset(tp) is None
@@ -435,12 +436,10 @@ def _waits(consumer, tp, now, rounds):
 def test_the_last_record_delivered_lost_on_its_way_is_read_again(monkeypatch):
     # 100 delivered, the last of a burst, dropped on its way (no ack, no stream
     # holds it, no queue): no later ack proves it lost, yet it is read again.
-    from guardrail.agents import consumer as consumer_module
-
     consumer, tp = _chain_consumer("lost-last")
     seeks = _reading(consumer, tp, at=101)
     now = [1000.0]
-    monkeypatch.setattr(consumer_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(lost_records.time, "monotonic", lambda: now[0])
     _waits(consumer, tp, now, rounds=2)
     assert seeks == [100] and consumer._next[tp] == 100
 
@@ -449,10 +448,8 @@ def test_the_last_record_delivered_is_not_read_again_while_a_stream_or_queue_hol
         monkeypatch):
     from types import SimpleNamespace
 
-    from guardrail.agents import consumer as consumer_module
-
     now = [1000.0]
-    monkeypatch.setattr(consumer_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(lost_records.time, "monotonic", lambda: now[0])
     held = _chain_consumer("held-by-stream")  # the agent took it: judging it, slowly
     seeks = _reading(*held, at=101)
     message = _message(held[1], 100, 1)
@@ -494,3 +491,30 @@ async def test_every_topic_an_agent_processes_in_order_is_acked_by_hand():
             session_turns_topic(app_id), run_spans_topic(app_id)}
     finally:
         await runtime.message_judge.evaluator.aclose()
+
+
+def test_done_below_is_where_the_processed_run_from_the_commit_chain_stops():
+    consumer, tp = _chain_consumer("done-below")
+    assert consumer.done_below(tp) == 100
+    _processed(consumer, tp, 100, 101, 103)
+    assert consumer.done_below(tp) == 102  # 102 is still being judged (or was lost)
+    assert consumer.done_below(tp, 103) == 104  # the caller has 102 itself
+    _processed(consumer, tp, 102)
+    assert consumer.done_below(tp) == 104
+    assert consumer._new_offset(tp) == 104 and consumer.done_below(tp) == 104
+    consumer._gap[tp].addi(104, 106)  # offsets that do not exist count as done
+    assert consumer.done_below(tp) == 106
+    # Not known: a partition not in reading, a topic not acked by hand.
+    assert consumer.done_below(TP("input", 1)) is None
+    consumer.app.acked_when_processed.discard("input")
+    assert consumer.done_below(tp) is None
+
+
+def test_a_record_never_acked_keeps_done_below_at_it_after_the_ones_behind():
+    # The judging side's floor: 100 lost on its way, 101..110 judged; the
+    # judgment events of that time must not claim 100 done.
+    consumer, tp = _chain_consumer("lost-floor")
+    _processed(consumer, tp, *range(101, 111))
+    assert consumer.done_below(tp) == 100
+    _processed(consumer, tp, 100)
+    assert consumer.done_below(tp) == 111

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
-from guardrail.agents.windows import UnknownRecords, WindowCounter, count_record, window_bounds
+from guardrail.agents.windows import (ReadOrder, UnknownRecords, WindowCounter, count_record,
+                                      window_bounds)
 from guardrail.settings import load_settings
 from guardrail.stream.alerts import AlertDispatcher
 from guardrail.stream.envelope import Source
@@ -228,3 +229,72 @@ def test_a_session_cell_is_its_own_and_its_alert_says_unit_session():
     for offset in range(6):
         turns.apply(_judgment(offset, "unsafe"), 1000.0)
     assert turns.dispatcher.alerts[0]["unit"] == "turn"
+
+
+def _floored(offset, floor):
+    return JudgmentEvent(metric="toxicity", group={"model": "m"}, status="safe",
+                         case_id=f"c{offset}", event_time_ms=1_000_000,
+                         source=Source("in", 0, offset), floor=floor)
+
+
+def test_a_record_judged_late_after_the_ones_behind_it_still_counts():
+    # The CI failure this replaces: input 142 was dropped on its way to the
+    # judging agent and read again after 143..149 were judged and counted; a
+    # highest-position mark took its judgment for a redelivery.
+    counter = _counter()
+    for offset in range(143, 150):
+        counter.apply(_floored(offset, 142), 1000.0)
+    counter.apply(_floored(142, 142), 1000.0)
+    for offset in range(142, 150):  # a crash before the commit: all judged again
+        counter.apply(_floored(offset, 142), 1000.0)
+    cell = counter.windowed.cells["toxicity|model=m"]
+    assert cell["total"] == 8 and counter.telemetry.duplicate_judgments._value.get() == 8
+    # Older releases reading the same changelog still find their mark.
+    assert cell["marks"] == {"live|in|0": 149}
+
+
+def test_a_cell_an_older_release_wrote_keeps_its_counts_exact():
+    counter = _counter()
+    counter.windowed.cells["toxicity|model=m"] = {"total": 3, "unsafe": 0, "errors": 0,
+                                                  "examples": [], "marks": {"live|in|0": 2}}
+    for offset in (1, 2, 3, 3):
+        counter.apply(_judgment(offset), 1000.0)
+    assert counter.windowed.cells["toxicity|model=m"]["total"] == 4
+
+
+def test_only_a_judgments_record_read_in_order_raises_the_floor():
+    # Judgments record B (input 150, floor 150) is counted before record A
+    # (input 140, floor 140), which the counter's consumer read again late: A
+    # must still count, so B, read out of order, left the floor where it was.
+    counter = _counter()
+    unknown = UnknownRecords(counter.telemetry, "judgments")
+    count_record(counter, unknown, _record([_floored(150, 150)]), in_order=False)
+    count_record(counter, unknown, _record([_floored(140, 140)]), in_order=True)
+    count_record(counter, unknown, _record([_floored(150, 150)]), in_order=True)
+    assert counter.windowed.cells["toxicity|model=m"]["total"] == 2
+
+
+class _Consumer:
+    """``done_below`` as ProcessedOnlyConsumer answers it: ``done`` offsets processed."""
+
+    def __init__(self, base, done):
+        self.base, self.done = base, set(done)
+
+    def done_below(self, tp, start=None):
+        offset = self.base if start is None else max(self.base, start)
+        while offset in self.done:
+            offset += 1
+        return offset
+
+
+def _message(offset, partition=0):
+    return SimpleNamespace(tp=("judgments", partition), offset=offset)
+
+
+def test_read_order_follows_the_consumers_chain_across_passed_over_records():
+    # 10 was read again late; 11..19 were counted and are passed over after it.
+    order = ReadOrder(_Consumer(10, range(11, 20)))
+    assert [order.in_order(_message(o)) for o in (10, 20, 22)] == [True, True, False]
+    # Another partition, and a record read before the ones it waits on.
+    assert not ReadOrder(_Consumer(5, [])).in_order(_message(7, partition=1))
+    assert ReadOrder(object()).in_order(_message(7))  # cannot tell: as before

@@ -44,8 +44,8 @@ from ..assembly import Gathering
 from ..stream.envelope import Source
 from ..stream.event_time import now_ms
 from ..stream.processing import MessageJudge, Outgoing, RawMessage
-from .judging import (MAX_INFLIGHT_BATCHES, RAW_TOPIC, OrderedAcker, output_topics,
-                      publish_records, stop_acker)
+from .judging import (MAX_INFLIGHT_BATCHES, RAW_TOPIC, OrderedAcker, floors_of,
+                      output_topics, publish_records, stop_acker)
 from .windows import ConfirmedTable, _stale
 
 if TYPE_CHECKING:
@@ -252,11 +252,12 @@ def register_assembly(runtime: WorkerRuntime, gathering: Gathering[Any], *, topi
     topics = {**output_topics(runtime, judge), topic_name: source}
     confirm = runtime.state.get("confirm_before_ack")
     done_headers = ((gathering.kind_header, b"done"),)
+    floor_of = floors_of(app)
 
     async def judge_wholes(messages: list[RawMessage]) -> list[Outgoing]:
         if not messages:
             return []
-        records = await judge.process(messages)
+        records = await judge.process(messages, floor_of=floor_of)
         return records + [Outgoing(topic_name, m.source.key, b"", headers=done_headers)
                           for m in messages]
 

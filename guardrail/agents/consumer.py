@@ -33,6 +33,9 @@ records after it are done waits on a lost one: after ``LOST_AFTER_SECONDS``
 it is read again, and the records after it that were processed (on a topic
 acked by hand) are passed over. With nothing done after it, it is lost when
 no stream holds it and no channel queues it (the last record of a burst).
+The checks live in :mod:`.lost_records`. Such a record is judged after the
+ones behind it; :meth:`ProcessedOnlyConsumer.done_below` tells the window
+counter's de-duplication what was done before it (:mod:`guardrail.stream.dedup`).
 
 **Records in offset order, from where the seek put them.** After a rebalance
 Faust resumes partitions before it seeks them to their committed offsets, and
@@ -52,25 +55,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.utils.functional import consecutive_numbers
 
+from .lost_records import LOST_AFTER_SECONDS, LostRecordChecks
+
 log = logging.getLogger("guardrail.transport")
 
-__all__ = ["ProcessedOnlyConsumer"]
+__all__ = ["LOST_AFTER_SECONDS", "ProcessedOnlyConsumer"]
 
 _DELIVER, _DROP, _REWOUND = object(), object(), object()
 
-#: Seconds a partition's commit may wait on a delivered record while records
-#: after it are done, before that record counts as lost on its way to the agent.
-LOST_AFTER_SECONDS = 5.0
-
-
-class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
+class ProcessedOnlyConsumer(LostRecordChecks, faust_aiokafka.Consumer):
     """Faust's aiokafka consumer keeping the invariant of the module doc."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -85,6 +84,7 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
         self._processed: set[tuple[Any, int, int]] = set()  # (tp, offset, generation)
         self._seeks: set[asyncio.Future[None]] = set()  # seeks back started from ack()
         self._waiting: dict[Any, tuple[int, float]] = {}  # tp -> (base waited on, since)
+        self._done_to: dict[Any, int] = {}  # tp -> the last answer of done_below()
         self._assignments = 0
 
     async def _wait_next_records(self, timeout: float) -> Any:
@@ -209,6 +209,7 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
         self._held.clear()
         self._next.clear()
         self._waiting.clear()  # a wait is timed within one assignment's reading
+        self._done_to.clear()
 
     async def perform_seek(self) -> None:
         """Faust's seek to the committed offsets, then the chain's base and the
@@ -324,56 +325,25 @@ class ProcessedOnlyConsumer(faust_aiokafka.Consumer):
         self._processed.discard(key)
         return super().ack(message)
 
-    def _read_again(self, tp: Any, offset: int) -> None:
-        """Deliver a record Faust's stream skipped once more: its commit chain
-        stops there until it is processed (records after it that were
-        processed are passed over, see :meth:`_done_here`). Outside an
-        assignment's reading (a revoke phase) the next assignment reads it
-        from the committed offset."""
-        if self._delivered(tp, offset):
-            log.info("%s[%d]: offset %d was skipped unprocessed; reading again from it",
-                     tp.topic, tp.partition, offset)
-            self._seek_back(tp, offset)
-
-    def _check_lost(self, tp: Any, base: int) -> None:
-        """The commit waits on ``base`` while records after it are done. The
-        agents ack in offset order, so that record was lost on its way to
-        the agent: Faust's drain and stream can drop a record delivered as
-        the flow stops or resumes, without an ack (seen: a window counter
-        stalled on one judgments record after a restart). After
-        :data:`LOST_AFTER_SECONDS` it is read again."""
-        if not self._delivered(tp, base):
-            self._waiting.pop(tp, None)
-            return
-        now = time.monotonic()
-        waited_on, since = self._waiting.setdefault(tp, (base, now))
-        if waited_on != base:
-            self._waiting[tp] = (base, now)
-        elif now - since >= LOST_AFTER_SECONDS:
-            del self._waiting[tp]
-            log.warning("%s[%d]: offset %d was delivered %.0f s ago and never acked while "
-                        "later ones were; reading again from it", tp.topic, tp.partition,
-                        base, now - since)
-            self._seek_back(tp, base)
-
-    def _check_lost_last(self, tp: Any, base: int) -> None:
-        """Nothing after ``base`` is done, so no later ack proves it lost (the last
-        record of a burst, dropped on its way, would wait for more traffic): it
-        is lost when no stream holds it and no channel queues it."""
-        if self._in_hand(tp, base):
-            self._waiting.pop(tp, None)
-        else:
-            self._check_lost(tp, base)
-
-    def _in_hand(self, tp: Any, offset: int) -> bool:
-        """A stream took the record and has not acked it, or a channel of its
-        partition queues it or is full (the drain may be waiting to put it)."""
-        queues = [q for c in self.app.topics._tp_index.get(tp, ())
-                  if (q := getattr(c, "_queue", None)) is not None]
-        held = [m for m in list(self._unacked_messages) if not m.acked] + [
-            getattr(event, "message", None) for q in queues for event in list(q._queue)]
-        return any(q.full() for q in queues) or any(
-            getattr(m, "offset", None) == offset and getattr(m, "tp", None) == tp for m in held)
+    def done_below(self, tp: Any, start: int | None = None) -> int | None:
+        """The first offset of ``tp`` from ``start`` on (default: the commit
+        chain's base) that is not processed in this assignment: every record
+        below it was processed (acked by hand, or committed), ``start`` taken
+        as such by the caller. None before the partition's reading started, or
+        on a topic not acked by hand. The window counter's de-duplication
+        floor (:mod:`guardrail.stream.dedup`)."""
+        base = self._base.get(tp)
+        if base is None or tp.topic not in self.app.acked_when_processed:
+            return None
+        # Every offset below the last answer is still done (only a commit
+        # forgets acks, and it moves the base past them): no rescan from the base.
+        offset = max(base, self._done_to.get(tp, base), base if start is None else start)
+        done, gap = self._acked_index.get(tp, ()), self._gap.get(tp)
+        while offset in done or (gap and gap.overlaps(offset)):
+            offset += 1
+        if start is None or start <= self._done_to.get(tp, base):
+            self._done_to[tp] = offset
+        return offset
 
     def _delivered(self, tp: Any, offset: int) -> bool:
         """Whether this assignment's reading has passed ``offset``."""

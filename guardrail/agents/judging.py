@@ -28,6 +28,8 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from faust.types import TP
+
 from ..errors import JudgeConfigError
 from ..stream.envelope import Source
 from ..stream.processing import MessageJudge, Outgoing, RawMessage
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     from .runtime import WorkerRuntime
 
 __all__ = ["register", "OrderedAcker", "MAX_INFLIGHT_BATCHES", "publish_records",
-           "stop_acker", "output_topics", "RAW_TOPIC"]
+           "stop_acker", "output_topics", "RAW_TOPIC", "floors_of"]
 
 log = logging.getLogger("guardrail.worker")
 
@@ -60,6 +62,22 @@ def _raw(event: Any) -> RawMessage:
 
 
 Publish = Callable[[list[Outgoing]], Awaitable[None]]
+
+
+def floors_of(app: Any) -> Callable[[str, int], int | None]:
+    """``floor_of(topic, partition)`` for :meth:`MessageJudge.process`: what the
+    worker's consumer processed of that partition
+    (``ProcessedOnlyConsumer.done_below``); None from another consumer.
+    Safe as a floor because an agent acks a record only once its judgments
+    are published (:class:`OrderedAcker`). A partition not in reading (moved
+    away while a batch of it was judged) claims nothing: -1."""
+    def floor_of(topic: str, partition: int) -> int | None:
+        done_below = getattr(app.consumer, "done_below", None)
+        if done_below is None:
+            return None
+        floor = done_below(TP(topic, partition))
+        return -1 if floor is None else floor
+    return floor_of
 
 
 class OrderedAcker:
@@ -245,8 +263,11 @@ def register(runtime: WorkerRuntime) -> None:
     source = app.topic(s.kafka.input_topic, **RAW_TOPIC)
     topics = output_topics(runtime, runtime.message_judge)
 
+    floor_of = floors_of(app)
+
     async def handle(events: list[Any]) -> list[Outgoing]:
-        return await runtime.message_judge.process([_raw(e) for e in events])
+        return await runtime.message_judge.process([_raw(e) for e in events],
+                                                   floor_of=floor_of)
 
     # Another agent's state that must be durable before a batch is acked
     # (the sampler's version counts, agents/sampling.py), if any.

@@ -23,6 +23,7 @@ import faust
 from ..kafka.window_cells import changelog_topic, live_horizon_seconds
 from ..settings import AlertRule, WindowSettings
 from ..stream.alerts import AlertDispatcher, Cooldown, WindowCounts, check_rule, rule_for
+from ..stream.dedup import Ledger
 from ..stream.envelope import utc_iso
 from ..stream.events import (JudgmentEvent, UnknownEvent, decode_events, mark_position,
                              mark_value, unit_of, window_key)
@@ -31,7 +32,8 @@ from ..stream.telemetry import Telemetry
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime as GuardrailApp
 
-__all__ = ["register", "window_bounds", "TABLE_NAME", "WindowCounter", "count_record"]
+__all__ = ["register", "window_bounds", "TABLE_NAME", "WindowCounter", "count_record",
+           "ReadOrder"]
 
 log = logging.getLogger("guardrail.windows")
 
@@ -50,12 +52,13 @@ class WindowCounter:
     Every event counts as seen; a ``not_sampled`` one only as seen (the
     message was not judged), the rest also in the judged counts.
 
-    Duplicates are skipped: the judgment events of one input partition reach a
-    window cell in input-offset order (the judging agent publishes in order), so
-    each cell keeps, per origin and input partition, the highest input position
-    (offset, and case index inside a many-case record) it counted, and a redelivered judgment (after a crash or rebalance, on either
-    side) is not counted twice. The mark lives in the cell itself, so count and
-    mark are written — and recovered from the changelog — as one value.
+    Duplicates are skipped: each cell keeps, per origin and input partition,
+    which input positions (offset, and case index inside a many-case record)
+    it counted, as a floor and the positions above it
+    (:class:`~guardrail.stream.dedup.Ledger`), so a redelivered judgment
+    (after a crash or rebalance, on either side) is not counted twice and one
+    read again late still is. The ledger lives in the cell itself, so counts
+    and ledger are written — and recovered from the changelog — as one value.
     """
 
     def __init__(self, windows: WindowSettings, windowed: Any, *, telemetry: Telemetry,
@@ -66,33 +69,47 @@ class WindowCounter:
         self.dispatcher = dispatcher
         self.cooldown = Cooldown()
 
-    def apply(self, event: JudgmentEvent, timestamp: float) -> None:
-        self.apply_many([event], timestamp)
+    def apply(self, event: JudgmentEvent, timestamp: float, *, in_order: bool = True) -> None:
+        self.apply_many([event], timestamp, in_order=in_order)
 
-    def apply_many(self, events: list[JudgmentEvent], timestamp: float) -> None:
+    def apply_many(self, events: list[JudgmentEvent], timestamp: float, *,
+                   in_order: bool = True) -> None:
         """Count events of one window cell (one window key, one window), in
         input order: the cell is read once and written once, and the alert
-        rule checked once, on the counts after all of them."""
+        rule checked once, on the counts after all of them. ``in_order``: the
+        judgments record holding them was read in order (see :mod:`.dedup`)."""
         key = events[0].window_key
         counts = WindowCounts.from_dict(self.windowed[key].current())
-        counted = [event for event in events if self._count(counts, event)]
-        if not counted:
+        ledgers: dict[str, Ledger] = {}
+        counted = [event for event in events
+                   if self._count(counts, ledgers, event, in_order=in_order)]
+        changed = {stream: ledger for stream, ledger in ledgers.items() if ledger.changed}
+        if not counted and not changed:
             return
+        for stream, ledger in changed.items():
+            counts.ledgers[stream] = ledger.stored()
+            if ledger.highest is not None and (  # the mark, for older releases' readers
+                    ledger.highest > mark_position(counts.marks.get(stream))):
+                counts.marks[stream] = mark_value(ledger.highest)
         self.windowed[key] = counts.as_dict()
         unsafe = [event for event in counted if event.status == "unsafe"]
         rule = rule_for(self.windows.alert_rules, events[0].metric)
         if rule is not None and unsafe:
             self._check(rule, unsafe[-1], counts, timestamp)
 
-    def _count(self, counts: WindowCounts, event: JudgmentEvent) -> bool:
+    def _count(self, counts: WindowCounts, ledgers: dict[str, Ledger],
+               event: JudgmentEvent, *, in_order: bool) -> bool:
         """Add ``event`` to ``counts``; False for a duplicate (already counted)."""
         mark = event.dedup_mark
         if mark is not None:
             stream, position = mark
-            if position <= mark_position(counts.marks.get(stream)):
+            ledger = ledgers.get(stream)
+            if ledger is None:
+                ledger = ledgers[stream] = Ledger.from_cell(counts.ledgers.get(stream),
+                                                            counts.marks.get(stream))
+            if not ledger.admit(position, floor=event.floor, in_order=in_order):
                 self.telemetry.duplicate_judgments.inc()
                 return False
-            counts.marks[stream] = mark_value(position)
         counts.seen += 1
         if event.status == "not_sampled":  # seen, not judged: no verdict to count
             return True
@@ -194,13 +211,15 @@ def register(runtime: GuardrailApp) -> None:
     @app.agent(topic, name="guardrail.windows", concurrency=1)
     async def count(stream: Any) -> None:
         async for events in stream.noack_take(COUNT_BATCH, within=0.05):
+            order = ReadOrder(app.consumer)
             for event in events:
                 if _stale(app, event):
                     continue  # acked below uncounted; the partition's owner refetches it
                 # Window tables take the time and changelog partition from the
                 # current event, which buffered events must set themselves.
                 stream._set_current_event(event)
-                count_record(counter, unknown, event.message)
+                count_record(counter, unknown, event.message,
+                             in_order=order.in_order(event.message))
             stream._set_current_event(None)
             # The changelog must be durable before these offsets may commit: Faust
             # commits on stop/rebalance before it flushes its producer buffer,
@@ -211,9 +230,34 @@ def register(runtime: GuardrailApp) -> None:
                 await stream.ack(event)
 
 
-def count_record(counter: WindowCounter, unknown: UnknownRecords, message: Any) -> None:
+class ReadOrder:
+    """Whether each judgments record of a batch is read in order: every record
+    of its partition before it was counted (by this batch or acked before it).
+    A record the consumer reads again late is not, and must not raise the
+    cells' de-duplication floors (:mod:`guardrail.stream.dedup`). A consumer
+    that cannot tell (not :class:`~.consumer.ProcessedOnlyConsumer`): in order,
+    the rule of releases before the floors."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._done_below = getattr(consumer, "done_below", None)
+        self._next: dict[Any, int | None] = {}
+
+    def in_order(self, message: Any) -> bool:
+        if self._done_below is None:
+            return True
+        tp = message.tp
+        expected = self._next[tp] if tp in self._next else self._done_below(tp)
+        if expected is None or message.offset != expected:
+            return False
+        self._next[tp] = self._done_below(tp, message.offset + 1)
+        return True
+
+
+def count_record(counter: WindowCounter, unknown: UnknownRecords, message: Any, *,
+                 in_order: bool = True) -> None:
     """Count one judgments record (a bundle, or a single event), cell by cell;
-    what cannot be read is skipped and said, the rest still counts."""
+    what cannot be read is skipped and said, the rest still counts.
+    ``in_order``: see :class:`ReadOrder`."""
     events, problems = decode_events(message.value)
     for problem in problems:
         if isinstance(problem, UnknownEvent):  # a newer worker's: skipped, counted, said once
@@ -226,7 +270,7 @@ def count_record(counter: WindowCounter, unknown: UnknownRecords, message: Any) 
         cells.setdefault(event.window_key, []).append(event)
     for cell in cells.values():
         try:
-            counter.apply_many(cell, message.timestamp)
+            counter.apply_many(cell, message.timestamp, in_order=in_order)
         except Exception:  # with the traceback: this one is a bug
             log.exception("could not count judgment events at offset %s", message.offset)
 

@@ -5,13 +5,15 @@ Faust writes every change of a window cell to the table's changelog topic
 running worker (see ``tests/test_window_cells.py``)::
 
     key   b'["toxicity|model=m,model_version=v1,prompt_version=-",[1795429200.0,1795429499.9]]'
-    value b'{"total":6,"unsafe":1,"errors":0,"examples":[...],"marks":{"live|in|1":3}}'
+    value b'{"total":6,"unsafe":1,"errors":0,"examples":[...],"marks":{"live|in|1":3},
+             "ledgers":{"live|in|1":[2,[2,3]]}}'
 
 The key is ``[window key, [window start, start + size - 0.1]]`` (a Faust
 window range ends 0.1 s before the next one starts); the value is the cell
 (:class:`~guardrail.stream.alerts.WindowCounts` as a dict), or absent (a
 tombstone: the cell was deleted). Since sampling a value also carries
-``seen`` (messages seen, judged or not; absent in older cells: the total).
+``seen`` (messages seen, judged or not; absent in older cells: the total),
+and now ``ledgers``, the de-duplication's positions (:mod:`guardrail.stream.dedup`).
 The newest record of a key is the cell::
 
     cells = WindowCells(window_seconds=300, expires_seconds=3600)

@@ -47,11 +47,15 @@ class WindowCounts:
     unsafe: int = 0
     errors: int = 0
     examples: list[dict[str, Any]] = field(default_factory=list)
-    #: Highest input offset counted per origin and input partition (de-duplication).
-    #: Per origin|topic|partition: the last position counted (see events.mark_value).
+    #: Per origin|topic|partition: the highest position counted (see
+    #: events.mark_value), the de-duplication of releases before ``ledgers``.
     marks: dict[str, int | list[int]] = field(default_factory=dict)
     #: Messages seen, judged or not (last, so positional uses keep their meaning).
     seen: int = 0
+    #: Per origin|topic|partition: ``[floor, [position, ...]]``, the positions
+    #: counted (:class:`~guardrail.stream.dedup.Ledger`); ``marks`` stays
+    #: written for older releases reading the same changelog.
+    ledgers: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def judged(self) -> int:
@@ -67,7 +71,7 @@ class WindowCounts:
         # the ones it knows, so cells of two releases can share a changelog.
         return {"schema_version": CELL_SCHEMA_VERSION, "total": self.total,
                 "unsafe": self.unsafe, "errors": self.errors, "seen": self.seen,
-                "examples": self.examples, "marks": self.marks}
+                "examples": self.examples, "marks": self.marks, "ledgers": self.ledgers}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> WindowCounts:
@@ -76,7 +80,8 @@ class WindowCounts:
         # Cells written before sampling have no "seen": every message was judged.
         return cls(total=total, unsafe=data.get("unsafe", 0),
                    errors=data.get("errors", 0), examples=list(data.get("examples", [])),
-                   marks=dict(data.get("marks", {})), seen=data.get("seen", total))
+                   marks=dict(data.get("marks", {})), seen=data.get("seen", total),
+                   ledgers=dict(data.get("ledgers", {})))
 
     def __add__(self, other: WindowCounts) -> WindowCounts:
         return WindowCounts(self.total + other.total, self.unsafe + other.unsafe,

@@ -40,8 +40,8 @@ from .envelope import Source
 
 __all__ = ["JudgmentEvent", "MalformedEvent", "UnknownEvent", "Status", "window_key",
            "partition_key", "parse_window_key", "mark_value", "mark_position", "KIND",
-           "SCHEMA_VERSION", "BUNDLE_KIND", "encode_bundle", "decode_events", "labels_of",
-           "UNIT_LABEL", "UNITS", "unit_of"]
+           "SCHEMA_VERSION", "BUNDLE_KIND", "encode_bundle", "bundled", "decode_events",
+           "labels_of", "UNIT_LABEL", "UNITS", "unit_of"]
 
 #: The group label that sets a session's window cells apart from its turns'
 #: (:mod:`.session_turns`); a cell without it counts turns.
@@ -179,6 +179,11 @@ class JudgmentEvent:
     source: Source | None = None
     #: "live", or the id of the replay run that produced it.
     origin: str = "live"
+    #: Every record of the source partition below this offset was judged and
+    #: its events published before this event was built (the window counter's
+    #: de-duplication floor, :mod:`.dedup`); None: not known (older releases,
+    #: replays), and the event's own offset serves.
+    floor: int | None = None
 
     # The bodies below call the module's key functions of the same names
     # (a method's scope does not include the class's attributes).
@@ -209,7 +214,7 @@ class JudgmentEvent:
             "status": self.status, "case_id": self.case_id,
             "event_time_ms": self.event_time_ms, "evidence_spans": list(self.evidence_spans),
             "source": None if self.source is None else self.source.as_dict(),
-            "origin": self.origin}
+            "origin": self.origin, **({} if self.floor is None else {"floor": self.floor})}
 
     def encode(self) -> bytes:
         return orjson.dumps(self.as_dict())
@@ -230,7 +235,8 @@ class JudgmentEvent:
                     status=_status(data.get("status")), case_id=_case_id(data.get("case_id")),
                     event_time_ms=_event_time(data.get("event_time_ms")),
                     evidence_spans=_spans(data.get("evidence_spans")),
-                    source=_source(data.get("source")), origin=_origin(data.get("origin")))
+                    source=_source(data.get("source")), origin=_origin(data.get("origin")),
+                    floor=_floor(data.get("floor")))
         written_key = data.get("table_key")
         if written_key is not None and written_key != event.window_key:
             # The key is redundant on the wire; a different one means a foreign
@@ -247,6 +253,18 @@ def encode_bundle(events: Sequence[JudgmentEvent]) -> bytes:
     batch, so a message's metrics and a batch's messages cost one record."""
     return orjson.dumps({"kind": BUNDLE_KIND, "schema_version": SCHEMA_VERSION,
                          "events": [event.as_dict() for event in events]})
+
+
+def bundled(events: Sequence[JudgmentEvent], version_label: str, window_seconds: float,
+            ) -> list[tuple[bytes, list[JudgmentEvent]]]:
+    """``events`` grouped as the judging side bundles them: by partition key
+    and window, each group in input order (de-duplication needs it)."""
+    size_ms = window_seconds * 1000
+    groups: dict[tuple[bytes, int], list[JudgmentEvent]] = {}
+    for e in events:
+        groups.setdefault((e.partition_key(version_label), int(e.event_time_ms // size_ms)),
+                          []).append(e)
+    return [(key, group) for (key, _), group in groups.items()]
 
 
 def decode_events(raw: bytes | None) -> tuple[list[JudgmentEvent], list[ValueError]]:
@@ -341,6 +359,12 @@ def _source(value: Any) -> Source | None:
     if index is not None and not _is_int(index):
         raise MalformedEvent(f"source.index must be an integer, got {index!r:.60}")
     return Source(topic=topic, partition=partition, offset=value["offset"], index=index)
+
+
+def _floor(value: Any) -> int | None:
+    if value is not None and not _is_int(value):
+        raise MalformedEvent(f"floor must be an integer or null, got {value!r:.60}")
+    return value  # type: ignore[no-any-return]
 
 
 def _origin(value: Any) -> str:

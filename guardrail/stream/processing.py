@@ -31,6 +31,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import orjson
@@ -46,7 +47,7 @@ from .envelope import (DEFAULT_CONVERSATION_CHARS, BadInput, DecodedRecord, Head
                        InputMessage, Source, decode_record, dlq_record, group_labels,
                        result_value)
 from .event_time import now_ms
-from .events import JudgmentEvent, Status, encode_bundle
+from .events import JudgmentEvent, Status, bundled, encode_bundle
 from .sampling import Sampler
 from .session_turns import (TURN_HEADERS, counts_in_windows, message_unit, turn_record_value,
                             window_labels)
@@ -67,6 +68,7 @@ PARTIAL_OUTAGE_RETRIES = 3
 #: A valid case of a batch: its record, its own source (``index`` inside a
 #: many-case record) and the decoded message.
 Case3 = tuple["RawMessage", Source, InputMessage]
+FloorOf = Callable[[str, int], "int | None"]  #: see MessageJudge.process
 
 
 class ResultExporter(Protocol):
@@ -122,8 +124,7 @@ class MessageJudge:
         #: to ``review.review_topic`` (guardrail.review.selection).
         self.review = review
         #: The input format (``case`` when None) and its conversation budget.
-        self.decoder = decoder or CaseDecoder()
-        self.conversation_max_chars = conversation_max_chars
+        self.decoder, self.conversation_max_chars = decoder or CaseDecoder(), conversation_max_chars
         #: The trajectory's budgets (``trajectory_max_chars``, ``tool_result_max_chars``).
         self.budgets = budgets or {}
         #: Where else every result goes (OTLP log records), best effort.
@@ -161,13 +162,16 @@ class MessageJudge:
         return cls(evaluator, worker=settings.worker, kafka=settings.kafka,
                    windows=settings.windows, **options)
 
-    async def process(self, batch: list[RawMessage]) -> list[Outgoing]:
+    async def process(self, batch: list[RawMessage], *,
+                      floor_of: FloorOf | None = None) -> list[Outgoing]:
         """Never raises for bad input or judge trouble, except
         :class:`~guardrail.errors.JudgeConfigError`; may wait out an outage.
 
         One record may hold many cases (``otlp``): each gets its own source
         (``index``), and the records of all of them come back together, so the
-        caller acks the record only after every case of it is published."""
+        caller acks the record only after every case of it is published.
+        ``floor_of(topic, partition)``, asked once the batch is judged, gives
+        the judgment events their :attr:`~.events.JudgmentEvent.floor`."""
         good, outgoing = self._decode(batch)
         # Before any await: batches start in order, so the sampler sees each
         # partition's cases in (offset, index) order (its version counts need that).
@@ -181,14 +185,16 @@ class MessageJudge:
         if self.budget is not None:
             self.budget.record(verdicts)
             self.budget.update()
-        # In input order: the window counter skips an event whose position is not
-        # above the last one counted for its partition, unsampled ones included.
+        # In input order, unsampled cases too: older releases' counters need it.
         next_verdict = iter(verdicts)
         events: list[JudgmentEvent] = []
+        floors = {} if floor_of is None else {
+            where: floor_of(*where) for where in {(s.topic, s.partition) for _, s, _ in good}}
         for (raw, source, msg), take in zip(good, chosen):
             verdict = next(next_verdict) if take else None
-            outgoing.extend(self._records(raw, source, msg, verdict, events) if take
-                            else self._not_sampled(source, msg, events))
+            floor = floors.get((source.topic, source.partition))
+            outgoing.extend(self._records(raw, source, msg, verdict, events, floor) if take
+                            else self._not_sampled(source, msg, events, floor))
             outgoing.extend(self._turn(source, msg, verdict))
         outgoing.extend(self._bundles(events))
         return outgoing
@@ -253,13 +259,14 @@ class MessageJudge:
         return [self.sampler.decide(msg, source, factor) for _, source, msg in good]
 
     def _not_sampled(self, source: Source, message: InputMessage,
-                     events: list[JudgmentEvent]) -> list[Outgoing]:
+                     events: list[JudgmentEvent], floor: int | None) -> list[Outgoing]:
         """No record, only a ``not_sampled`` event per metric (the windows' seen)."""
         self.not_sampled += 1
         self.telemetry.messages.labels(outcome="not_sampled").inc()
         if self.emit_judgments and counts_in_windows(message):
             names = [m.name for m in self.evaluator.effective_config(message.case).metrics]
-            events.extend(self._events(message, source, [(n, "not_sampled", ()) for n in names]))
+            events.extend(self._events(message, source, floor,
+                                       [(n, "not_sampled", ()) for n in names]))
         return []
 
     async def _judge(self, message: InputMessage) -> RedteamMetrics:
@@ -321,7 +328,8 @@ class MessageJudge:
         return Outgoing(self.dlq_topic, source.key, value, headers=source.headers)
 
     def _records(self, raw: RawMessage, source: Source, message: InputMessage,
-                 metrics: RedteamMetrics, events: list[JudgmentEvent]) -> list[Outgoing]:
+                 metrics: RedteamMetrics, events: list[JudgmentEvent],
+                 floor: int | None) -> list[Outgoing]:
         """A judged case's result (and review item); its events go to ``events``."""
         event_ms = _event_ms(source, message)
         value = result_value(message, metrics, source, event_time_ms=event_ms,
@@ -336,7 +344,7 @@ class MessageJudge:
         if self.review is not None:
             records.extend(self._review(message, metrics, event_ms))
         if self.emit_judgments and counts_in_windows(message):
-            events.extend(self._events(message, source, [
+            events.extend(self._events(message, source, floor, [
                 (m.name, "error" if m.error else ("unsafe" if m.unsafe else "safe"),
                  tuple(m.result[0].evidence_spans[:3]) if m.unsafe else ())
                 for m in metrics.metrics]))
@@ -363,14 +371,15 @@ class MessageJudge:
         self.telemetry.count_judged(metrics, message.metadata, unit=message_unit(message),
                                     escalation_model=cascade.model if cascade else None)
 
-    def _events(self, message: InputMessage, source: Source,
+    def _events(self, message: InputMessage, source: Source, floor: int | None,
                 verdicts: list[tuple[str, Status, tuple[str, ...]]]) -> list[JudgmentEvent]:
         """Judgment events, one per (metric, status, evidence spans)."""
         labels = window_labels(message, group_labels(message.metadata, self.windows.group_labels))
         event_ms = _event_ms(source, message)
         return [JudgmentEvent(metric=metric, group=labels, status=status,
                               case_id=message.case.case_id, event_time_ms=event_ms,
-                              evidence_spans=spans, source=source, origin=self.origin)
+                              evidence_spans=spans, source=source, origin=self.origin,
+                              floor=floor)
                 for metric, status, spans in verdicts]
 
     def _bundles(self, events: list[JudgmentEvent]) -> list[Outgoing]:
@@ -380,13 +389,8 @@ class MessageJudge:
         if not self.windows.judgment_bundles:  # one record per event, as before bundles
             return [Outgoing(topic, e.partition_key(version_label), e.encode(),
                              timestamp_ms=e.event_time_ms) for e in events]
-        size_ms = self.windows.window_seconds * 1000
-        bundles: dict[tuple[bytes, int], list[JudgmentEvent]] = {}
-        for e in events:
-            place = (e.partition_key(version_label), int(e.event_time_ms // size_ms))
-            bundles.setdefault(place, []).append(e)
         return [Outgoing(topic, key, encode_bundle(bundle), timestamp_ms=bundle[0].event_time_ms)
-                for (key, _), bundle in bundles.items()]
+                for key, bundle in bundled(events, version_label, self.windows.window_seconds)]
 
 
 def _event_ms(source: Source, message: InputMessage) -> int:
