@@ -4,6 +4,7 @@
     ... --no-worker          # skip the worker's run on the same input (ceiling.py's)
     ... --profile            # cProfile each pass (bench/results/profile-replay-*.txt)
     ... --cached-passes 3    # the cached pass three times (its spread; A/B of two versions)
+    ... --processes 2        # replay --processes 2 (the partitions dealt to two processes)
 
 A backlog of ``--messages`` distinct cases (no cache hits among them), the
 stand-in judge answering at once in its own process. ``guardrail replay
@@ -38,11 +39,12 @@ from common import (BROKERS, PY, RESULTS, JudgeProc, broker_label, cases, collec
 CACHED_TARGET = 10_000.0
 
 
-def run_pass(env: Any, name: str, n: int, *, profile: bool, timeout: float) -> dict[str, Any]:
+def run_pass(env: Any, name: str, n: int, *, profile: bool, timeout: float,
+             processes: int = 1) -> dict[str, Any]:
     """One ``guardrail replay --from 0`` into its own results topic; its rates."""
     topic = f"{env.topic('results')}-{name}"
     command = [shutil.which("guardrail") or "guardrail", "replay", "--from", "0",
-               "--results-topic", topic]
+               "--results-topic", topic, "--processes", str(processes)]
     if profile:
         out = RESULTS / f"profile-replay-{name}.pstats"
         RESULTS.mkdir(parents=True, exist_ok=True)
@@ -84,14 +86,15 @@ def _show_profile(path: Path) -> None:
 
 
 def measure(bootstrap: str, api_base: str, tmp: Path, n: int, *, profile: bool = False,
-            cached_passes: int = 1, timeout: float = 900) -> dict[str, Any]:
+            cached_passes: int = 1, timeout: float = 900, processes: int = 1) -> dict[str, Any]:
     env = new_env(bootstrap, api_base, tmp / "replay",
                   cache_path=tmp / "replay" / "judgments.sqlite")
     produce_values(bootstrap, env.topic("input"), cases(n, prefix="replay"))
     runs = {}
     extra = [f"cached{k}" for k in range(2, cached_passes + 1)]
     for name in ("first", "cached", *extra):
-        runs[name] = r = run_pass(env, name, n, profile=profile, timeout=timeout)
+        runs[name] = r = run_pass(env, name, n, profile=profile, timeout=timeout,
+                                  processes=processes)
         print(f"  replay {name:<8} {r['msgs_per_s']:8.0f} msgs/s  ({r['measured_records']} "
               f"records in {r['measured_seconds']}s; {r['wall_seconds']}s wall, "
               f"{r['cpu_ms_per_msg']} ms CPU/msg, "
@@ -120,13 +123,14 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile each replay pass")
     parser.add_argument("--cached-passes", type=int, default=1,
                         help="cached passes to run (the table reports the first)")
+    parser.add_argument("--processes", type=int, default=1, help="replay --processes")
     args = parser.parse_args()
     info = meta()
     info["broker"] = args.bootstrap or broker_label(args.broker)
     with tempfile.TemporaryDirectory() as tmp, \
             running_broker(args.bootstrap, args.broker) as bootstrap, JudgeProc(0) as judge:
         runs = measure(bootstrap, judge.api_base, Path(tmp), args.messages, profile=args.profile,
-                       cached_passes=args.cached_passes)
+                       cached_passes=args.cached_passes, processes=args.processes)
         worker = None
         if not args.no_worker:
             runs["worker"] = w = ceiling.run_kind("guardrail", bootstrap, judge.api_base,

@@ -7,6 +7,7 @@ import time
 import urllib.request
 
 import pytest
+from support.faults import judgment_events
 from support.harness import StreamEnv, WebhookSink, consume, consume_messages, produce
 
 from guardrail.stream.envelope import bytes_from_text
@@ -247,6 +248,39 @@ def test_replay_covers_the_range_stops_and_never_pays_twice(stream_env, thread_j
     judgments = asyncio.run(consume(env.bootstrap, env.topic("judgments"), expect=1,
                                     timeout=3))
     assert judgments == []  # replay does not feed live alerts by default
+
+
+@pytest.mark.both_brokers
+def test_a_replay_in_two_processes_is_one_replay(stream_env, thread_judge, tmp_path):
+    env, cache, t0 = stream_env, tmp_path / "cache.sqlite", 1_700_000_000_000
+    env.env["GUARDRAIL_CACHE_PATH"] = str(cache)
+    assert env.cli("produce", "--input", "/dev/null").returncode == 0
+    asyncio.run(produce(env.bootstrap, env.topic("input"), _replay_inputs(t0)))
+    topic = env.topic("results") + "-two"
+    args = ("--from", str(t0 + 10_000), "--to", str(t0 + 40_000), "--results-topic", topic,
+            "--processes", "2")
+    summary, stderr = _replay(env, *args)
+    assert (summary["processed"], summary["results"], summary["dlq"]) == (32, 30, 2)
+    assert (summary["judged"], summary["cached"]) == (60, 0)
+    assert sorted(int(p) for p in summary["ranges"]) == [0, 1]  # a partition each
+    assert "32/32" in stderr.replace(" ", "")  # one progress for the whole run
+    results = asyncio.run(consume_messages(env.bootstrap, topic, expect=30, timeout=30,
+                                           settle=1))
+    assert sorted(json.loads(m.value)["case_id"] for m in results) == \
+        sorted(f"case-{i}" for i in range(10, 40))
+    calls = thread_judge.calls
+    # Both processes read the one cache file; with --fire-alerts, one run id.
+    again, _ = _replay(env, *args, "--fire-alerts")
+    assert (again["judged"], again["cached"]) == (0, 60) and again["judgment_events"] > 0
+    assert thread_judge.calls == calls
+    events = judgment_events(asyncio.run(consume(
+        env.bootstrap, env.topic("judgments"), expect=60, timeout=30, settle=1,
+        weight=lambda value: len(judgment_events([value])))))
+    assert len(events) == 60  # the 30 results' two metrics
+    origins = {e["origin"] for e in events}
+    assert len(origins) == 1 and origins.pop().startswith("replay-")
+    refused = env.cli("replay", *args, "--sample-rate", "0.5")
+    assert refused.returncode == 2 and "--processes runs in one process" in refused.stderr
 
 
 def test_worker_refuses_topics_with_other_partition_counts(stream_env):

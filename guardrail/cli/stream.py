@@ -220,13 +220,19 @@ def _time(value: str | None) -> int | None:
 @click.option("--sample-rate", type=click.FloatRange(0, 1), help="Judge only this share, "
               "chosen as the worker chooses (by case_id) with the sample_rules; default: all.")
 @click.option("--quiet", is_flag=True, help="No progress line.")
+@click.option("--processes", type=click.IntRange(1), default=1, show_default=True,
+              help="Processes to judge in, each reading its own partitions (one core each).")
 @batch_api_options
 def replay_command(start: str, end: str | None, topic: str | None, results_topic: str | None,
                    dlq_topic: str | None, fire_alerts: bool, sample_rate: float | None,
-                   quiet: bool, batch_api: bool, batch_state: str | None, **flags: Any) -> None:
+                   quiet: bool, processes: int, batch_api: bool, batch_state: str | None,
+                   **flags: Any) -> None:
     """Re-judge a time range of a topic, then stop."""
     from ..kafka.replay import replay
 
+    if processes > 1 and (batch_api or sample_rate is not None):
+        raise click.UsageError("--processes runs in one process with --batch-api (one state "
+                               "file) and --sample-rate (version counts in one memory)")
     settings = _settings(**flags)
     start_ms, end_ms = _time(start), _time(end)
 
@@ -238,6 +244,11 @@ def replay_command(start: str, end: str | None, topic: str | None, results_topic
                 sample_rate=sample_rate)
     if batch_api:
         summary = _replay_batch_api(settings, batch_state, args)
+    elif processes > 1:
+        from ..kafka.replay_processes import replay_in_processes
+
+        del args["sample_rate"]  # refused above
+        summary = replay_in_processes(settings, processes=processes, **args)
     else:
         summary = asyncio.run(replay(settings, **args))
     reporter.finish()

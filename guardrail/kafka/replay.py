@@ -45,7 +45,8 @@ from .clients import client_options
 from .time_offsets import offset_for_time, read_end
 from .topics import ensure_topics, partition_count, review_topics
 
-__all__ = ["ReplaySummary", "replay", "output_topics"]
+__all__ = ["ReplaySummary", "replay", "output_topics", "plan_ranges", "new_origin",
+           "prepare_outputs"]
 
 Progress = Callable[[int, int], None]
 #: A batch handed to the producer: its record count, records and their acknowledgements.
@@ -173,25 +174,23 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
                  topic: str | None = None, results_topic: str | None = None,
                  dlq_topic: str | None = None, fire_alerts: bool = False,
                  judge: Judge | None = None, progress: Progress | None = None,
-                 sample_rate: float | None = None, consume: Consume | None = None
+                 sample_rate: float | None = None, consume: Consume | None = None,
+                 ranges: dict[int, tuple[int, int]] | None = None, origin: str | None = None,
                  ) -> ReplaySummary:
     """Judge every message of ``topic`` with a timestamp in [start_ms, end_ms)
     (with ``sample_rate``: the sample the worker would judge at that rate).
     ``consume`` replaces the read/judge/publish loop (``replay --batch-api``:
-    :func:`guardrail.batch_api.replay.consume_in_chunks`)."""
+    :func:`guardrail.batch_api.replay.consume_in_chunks`). ``ranges``
+    (partition: [first, stop) offsets) replaces the plan by time, and
+    ``origin`` the run's id: one process of a replay in many
+    (:mod:`.replay_processes`)."""
     topic = topic or settings.kafka.input_topic
-    # ensure_topics checks first that the broker answers (one line, exit 2 if not).
-    results_topic, dlq_topic = output_topics(settings, results_topic, dlq_topic)
-    n = settings.kafka.topic_partitions
-    # Not strict: a replay's output need not be co-partitioned with anything.
-    await ensure_topics(settings.kafka, {results_topic: n, dlq_topic: n,
-                                         **review_topics(settings.kafka, settings.review)},
-                        strict=frozenset(), compacted=frozenset({settings.review.labels_topic}))
+    results_topic, dlq_topic = await prepare_outputs(settings, results_topic, dlq_topic)
     evaluator = build_evaluator(settings, judge=judge, persistent_cache=True)
     evaluator.cache = BatchedCache(evaluator.cache)  # type: ignore[arg-type]
     message_judge = _BatchJudge.from_settings(
         evaluator, settings, emit_judgments=fire_alerts, results_topic=results_topic,
-        dlq_topic=dlq_topic, origin=f"replay-{uuid.uuid4().hex[:12]}",
+        dlq_topic=dlq_topic, origin=origin or new_origin(),
         sampler=_sampler(settings, sample_rate))
     cache_path = getattr(evaluator.cache, "path", None)
     options = client_options(settings.kafka)
@@ -208,7 +207,11 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
     gc.collect()
     gc.freeze()
     try:
-        plan = await _plan(settings.kafka, consumer, topic, start_ms, end_ms)
+        if ranges is None:
+            plan = await _plan(settings.kafka, consumer, topic, start_ms, end_ms)
+        else:
+            plan = {TopicPartition(topic, p): r for p, r in sorted(ranges.items())}
+            consumer.assign(list(plan))
         summary = ReplaySummary(topic=topic, results_topic=results_topic, dlq_topic=dlq_topic,
                                 judge_model=evaluator.judge.model,
                                 cache=str(cache_path) if cache_path else None,
@@ -227,6 +230,38 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
         await consumer.stop()
         await producer.stop()
         await evaluator.aclose()
+
+
+async def prepare_outputs(settings: Settings, results_topic: str | None,
+                          dlq_topic: str | None) -> tuple[str, str]:
+    """The results and DLQ topics a replay writes, created if missing.
+    ensure_topics checks first that the broker answers (one line, exit 2 if not)."""
+    results_topic, dlq_topic = output_topics(settings, results_topic, dlq_topic)
+    n = settings.kafka.topic_partitions
+    # Not strict: a replay's output need not be co-partitioned with anything.
+    await ensure_topics(settings.kafka, {results_topic: n, dlq_topic: n,
+                                         **review_topics(settings.kafka, settings.review)},
+                        strict=frozenset(), compacted=frozenset({settings.review.labels_topic}))
+    return results_topic, dlq_topic
+
+
+def new_origin() -> str:
+    """A replay run's id: its judgment events' ``origin``."""
+    return f"replay-{uuid.uuid4().hex[:12]}"
+
+
+async def plan_ranges(settings: Settings, *, start_ms: int, end_ms: int | None = None,
+                      topic: str | None = None) -> dict[int, tuple[int, int]]:
+    """The offsets a replay of [start_ms, end_ms) would read, per partition."""
+    consumer = AIOKafkaConsumer(group_id=None, enable_auto_commit=False,
+                                **client_options(settings.kafka))
+    await consumer.start()
+    try:
+        plan = await _plan(settings.kafka, consumer, topic or settings.kafka.input_topic,
+                           start_ms, end_ms)
+    finally:
+        await consumer.stop()
+    return {tp.partition: r for tp, r in plan.items()}
 
 
 def _sampler(settings: Settings, sample_rate: float | None) -> Sampler | None:
