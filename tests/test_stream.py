@@ -281,6 +281,9 @@ def test_a_replay_in_two_processes_is_one_replay(stream_env, thread_judge, tmp_p
     assert len(origins) == 1 and origins.pop().startswith("replay-")
     refused = env.cli("replay", *args, "--sample-rate", "0.5")
     assert refused.returncode == 2 and "--processes runs in one process" in refused.stderr
+    missing = env.cli("replay", "--from", "0", "--topic", "no-such-topic", "--processes", "2")
+    assert missing.returncode == 2 and "topic 'no-such-topic' does not exist" in missing.stderr
+    assert "Traceback" not in missing.stderr
 
 
 def test_worker_refuses_topics_with_other_partition_counts(stream_env):
