@@ -69,6 +69,7 @@ __all__ = ["LOST_AFTER_SECONDS", "ProcessedOnlyConsumer"]
 
 _DELIVER, _DROP, _REWOUND = object(), object(), object()
 
+
 class ProcessedOnlyConsumer(LostRecordChecks, faust_aiokafka.Consumer):
     """Faust's aiokafka consumer keeping the invariant of the module doc."""
 
@@ -337,11 +338,12 @@ class ProcessedOnlyConsumer(LostRecordChecks, faust_aiokafka.Consumer):
             return None
         # Every offset below the last answer is still done (only a commit
         # forgets acks, and it moves the base past them): no rescan from the base.
-        offset = max(base, self._done_to.get(tp, base), base if start is None else start)
+        known = max(base, self._done_to.get(tp, base))
+        offset = known if start is None else max(known, start)
         done, gap = self._acked_index.get(tp, ()), self._gap.get(tp)
         while offset in done or (gap and gap.overlaps(offset)):
             offset += 1
-        if start is None or start <= self._done_to.get(tp, base):
+        if start is None or start <= known:  # a run from ``known``: the next answer's start
             self._done_to[tp] = offset
         return offset
 

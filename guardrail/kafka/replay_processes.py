@@ -152,9 +152,8 @@ def merge(summaries: list[ReplaySummary], ranges: dict[int, tuple[int, int]]) ->
         total.results += s.results
         total.dlq += s.dlq
         total.judgment_events += s.judgment_events
-        for name in ("judged", "cached", "errors", "input_tokens", "output_tokens", "cost",
-                     "unpriced"):
-            setattr(total.tally, name, getattr(total.tally, name) + getattr(s.tally, name))
+        for f in dataclasses.fields(JudgeTally):  # every count and the cost
+            setattr(total.tally, f.name, getattr(total.tally, f.name) + getattr(s.tally, f.name))
     total.finished_at = max(s.finished_at or "" for s in summaries) or None
     return total
 

@@ -208,13 +208,16 @@ class JudgmentEvent:
 
     def as_dict(self) -> dict[str, Any]:
         """The event as the wire carries it (alone, or as an item of a bundle)."""
-        return {
+        item: dict[str, Any] = {
             "kind": KIND, "schema_version": SCHEMA_VERSION, "metric": self.metric,
             "group": self.group, "table_key": self.window_key,
             "status": self.status, "case_id": self.case_id,
             "event_time_ms": self.event_time_ms, "evidence_spans": list(self.evidence_spans),
             "source": None if self.source is None else self.source.as_dict(),
-            "origin": self.origin, **({} if self.floor is None else {"floor": self.floor})}
+            "origin": self.origin}
+        if self.floor is not None:  # absent when not known, as before floors
+            item["floor"] = self.floor
+        return item
 
     def encode(self) -> bytes:
         return orjson.dumps(self.as_dict())
