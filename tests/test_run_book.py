@@ -220,6 +220,21 @@ def test_caps_truncate_a_run_and_memory_pressure_judges_the_quietest_early():
     header = assembly.assembler.book.headers[run.trace_id]
     assert header.spans == 9 and header.dropped == 13  # 8 and the root, exported last
     assert due(header, now_ms=header.last_ms, limits=assembly.assembler.limits) == "truncated"
+    # Without its root yet, a truncated run waits the settle time (1 s here) after
+    # its last span, a dropped one too.
+    rootless = agent_run(tools=10)
+    spans = _run_spans(rootless)
+    for value in spans[:-1]:
+        assembly.send(b"span", rootless.trace_id, value)
+    header = assembly.assembler.book.headers[rootless.trace_id]
+    assert header.truncated and header.root_ms is None
+    limits = assembly.assembler.limits
+    assert due(header, now_ms=header.last_ms + 999, limits=limits) is None
+    assert due(header, now_ms=header.last_ms + 1000, limits=limits) == "truncated"
+    before = header.last_ms
+    _age(assembly, rootless.trace_id, 2)
+    assembly.send(b"span", rootless.trace_id, spans[-2])  # a duplicate of a dropped one
+    assert header.last_ms > before - 2000 and header.dropped == 14
     book = RunBook()
     quiet, busy = RunHeader.new("a" * 32, now_ms=0), RunHeader.new("b" * 32, now_ms=5)
     book.headers = {quiet.trace_id: quiet, busy.trace_id: busy}

@@ -101,14 +101,17 @@ _HEADER_FIELDS = tuple(f.name for f in fields(RunHeader))
 def due(header: RunHeader, *, now_ms: int, limits: RunLimits) -> RunStatus | None:
     """Whether an open run is to be judged now, and as what.
 
-    ``truncated`` at once (more would only be dropped); ``complete`` once the
-    root arrived and nothing new came for the settle time; ``idle`` after the
-    idle time without a root."""
+    ``truncated`` once its root is in (more would only be dropped), or after
+    the settle time without any span, dropped ones too (the root, which carries
+    the verdict, is often exported last); ``complete`` once the root arrived and
+    nothing new came for the settle time; ``idle`` after the idle time without
+    a root."""
     if header.state != "open":
         return None
-    if header.truncated:
-        return "truncated"
     quiet_ms = now_ms - header.last_ms
+    if header.truncated:
+        settled = header.root_ms is not None or quiet_ms >= limits.settle_seconds * 1000
+        return "truncated" if settled else None
     if header.root_ms is not None and quiet_ms >= limits.settle_seconds * 1000:
         return "complete"
     if quiet_ms >= limits.idle_seconds * 1000:
@@ -149,6 +152,7 @@ class RunBook(Book[RunHeader]):
         over = len(ids) >= limits.max_spans or header.bytes + size > limits.max_bytes
         if over and span.parent_id is not None:  # the root is kept: the verdict goes on it
             header.dropped += 1
+            header.last_ms = now_ms  # still busy: a truncated run waits for its root
             return "dropped"
         ids[span.span_id] = size
         header.spans += 1
