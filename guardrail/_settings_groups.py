@@ -249,6 +249,12 @@ class WorkerSettings(BaseModel):
     its results are published (``replay`` reads this many records at a time)."""
     batch_within: float = Field(default=0.05, gt=0)
     """Seconds the worker waits to fill a batch before it judges a smaller one."""
+    assembly_bundles: bool = True
+    """Send a batch's spans of agent runs and turns of sessions to assembly bundled,
+    one record per partition of the internal topic (a fraction of the records).
+    ``false`` sends one record per span or turn, as releases before bundles did: set
+    it while workers of such a release still assemble (they skip bundles), see the
+    upgrade guide."""
     max_message_bytes: int = Field(default=1_000_000, ge=1024)
     """Largest input record in bytes; a larger one goes to the dead-letter topic
     unjudged."""

@@ -43,9 +43,10 @@ import orjson
 from ..assembly import Gathering
 from ..stream.envelope import Source
 from ..stream.event_time import now_ms
+from ..stream.item_bundles import BUNDLE_KIND, read_bundle
 from ..stream.processing import MessageJudge, Outgoing, RawMessage
 from .judging import (MAX_INFLIGHT_BATCHES, RAW_TOPIC, OrderedAcker, floors_of,
-                      output_topics, publish_records, stop_acker)
+                      item_bundler, output_topics, publish_records, stop_acker)
 from .windows import ConfirmedTable, _stale
 
 if TYPE_CHECKING:
@@ -81,7 +82,9 @@ class Assembler:
         key = (message.key or b"").decode("ascii", "replace")
         kind = self._kind(message.headers)
         if kind == self.gathering.item_kind:
-            self._item(key, event)
+            self._item(key, message.value or b"", event)
+        elif kind == BUNDLE_KIND:
+            self._bundle(event)
         elif kind == b"tick":
             return self._tick(key, message)
         elif kind == b"done":
@@ -114,8 +117,20 @@ class Assembler:
     def _item_key(self, key: str, item_id: str) -> str:
         return f"{self.gathering.item_prefix}/{key}/{item_id}"
 
-    def _item(self, key: str, event: Any) -> None:
-        value, g = event.message.value or b"", self.gathering
+    def _bundle(self, event: Any) -> None:
+        """A batch's items of this partition, each applied as if it came alone."""
+        message = event.message
+        try:
+            items = read_bundle(message.value or b"")
+        except ValueError as exc:  # a newer release's bundle, or a broken one
+            log.error("skipping a %s bundle at %s/%s that this release cannot read: %s",
+                      self.topic, message.partition, message.offset, exc)
+            return
+        for key, value in items:
+            self._item(key, value, event)
+
+    def _item(self, key: str, value: bytes, event: Any) -> None:
+        g = self.gathering
         try:
             item = g.read_item(value)
         except ValueError as exc:
@@ -261,9 +276,11 @@ def register_assembly(runtime: WorkerRuntime, gathering: Gathering[Any], *, topi
         return records + [Outgoing(topic_name, m.source.key, b"", headers=done_headers)
                           for m in messages]
 
+    bundled = item_bundler(runtime, judge)  # a run is a turn of its session too
+
     async def publish(records: list[Outgoing]) -> None:
         # Results before their done records: a done must never stand for an unpublished whole.
-        await publish_records(topics, [r for r in records if r.topic != topic_name])
+        await publish_records(topics, bundled([r for r in records if r.topic != topic_name]))
         await publish_records(topics, [r for r in records if r.topic == topic_name])
         await table.confirm_changelog()
         if confirm is not None:

@@ -32,13 +32,15 @@ from faust.types import TP
 
 from ..errors import JudgeConfigError
 from ..stream.envelope import Source
-from ..stream.processing import MessageJudge, Outgoing, RawMessage
+from ..stream.item_bundles import bundle_items
+from ..stream.processing import RUN_SPAN_HEADERS, MessageJudge, Outgoing, RawMessage
+from ..stream.session_turns import TURN_HEADERS
 
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime
 
 __all__ = ["register", "OrderedAcker", "MAX_INFLIGHT_BATCHES", "publish_records",
-           "stop_acker", "output_topics", "RAW_TOPIC", "floors_of"]
+           "stop_acker", "output_topics", "RAW_TOPIC", "floors_of", "item_bundler"]
 
 log = logging.getLogger("guardrail.worker")
 
@@ -213,7 +215,8 @@ async def publish_records(topics: dict[str, Any], records: list[Outgoing]) -> No
             futures = []
             for r in records:
                 futures.append(await topics[r.topic].send(
-                    key=r.key, value=r.value, headers=list(r.headers) or None,
+                    key=r.key, value=r.value, partition=r.partition,
+                    headers=list(r.headers) or None,
                     timestamp=r.timestamp_ms / 1000 if r.timestamp_ms else None))
             await asyncio.gather(*futures)
             return
@@ -257,6 +260,27 @@ def output_topics(runtime: WorkerRuntime, judge: MessageJudge) -> dict[str, Any]
     return {name: runtime.app.topic(name, **RAW_TOPIC) for name in outputs}
 
 
+def item_bundler(runtime: WorkerRuntime, judge: MessageJudge,
+                 ) -> Callable[[list[Outgoing]], list[Outgoing]]:
+    """What a batch's records go through before they are published: its spans
+    of agent runs and turns of sessions bundled per partition of their internal
+    topic (``assembly_bundles``, see :mod:`guardrail.stream.item_bundles`)."""
+    kinds = {topic: headers[0] for topic, headers in (
+        (judge.run_spans_topic, RUN_SPAN_HEADERS), (judge.session_turns_topic, TURN_HEADERS))
+        if topic is not None}
+    if not (kinds and runtime.settings.worker.assembly_bundles):
+        return lambda records: records
+    app = runtime.app
+
+    def partition_of(topic: str, key: bytes) -> int | None:
+        try:  # the producer is made when the app starts, not when agents are registered
+            return app.producer.key_partition(topic, key).partition
+        except (TypeError, AssertionError):  # no metadata for it yet: the items go alone
+            return None
+
+    return lambda records: bundle_items(records, kinds=kinds, partition_of=partition_of)
+
+
 def register(runtime: WorkerRuntime) -> None:
     """Add the judging agent to the app."""
     app, s = runtime.app, runtime.settings
@@ -273,8 +297,10 @@ def register(runtime: WorkerRuntime) -> None:
     # (the sampler's version counts, agents/sampling.py), if any.
     confirm = runtime.state.get("confirm_before_ack")
 
+    bundled = item_bundler(runtime, runtime.message_judge)
+
     async def publish(records: list[Outgoing]) -> None:
-        await publish_records(topics, records)
+        await publish_records(topics, bundled(records))
         if confirm is not None:
             await confirm()  # type: ignore[operator]
 

@@ -60,10 +60,9 @@ log = logging.getLogger("guardrail.worker")
 
 #: Marks a record of the run-spans topic as a span (other kinds: ticks, done).
 RUN_SPAN_HEADERS: Headers = (("guardrail-run", b"span"),)
-#: Rounds a batch is retried when only some judgments (below the outage
-#: threshold) failed on the judge's side, before those errors are published.
+#: Rounds a batch is retried when some judgments (under the outage threshold)
+#: failed judge-side, before those errors are published.
 PARTIAL_OUTAGE_RETRIES = 3
-
 
 #: A valid case of a batch: its record, its own source (``index`` inside a
 #: many-case record) and the decoded message.
@@ -88,15 +87,16 @@ class RawMessage:
 
 @dataclass(frozen=True)
 class Outgoing:
-    """One record to publish. ``timestamp_ms`` None lets the producer stamp it;
-    ``headers`` are the Kafka headers to send (results and DLQ records repeat
-    the input's, so trace context such as ``traceparent`` propagates)."""
+    """One record to publish: ``timestamp_ms`` None lets the producer stamp it,
+    ``partition`` None its partitioner choose (bundles set it); ``headers`` go as they
+    are (results and DLQ records repeat the input's: trace context propagates)."""
 
     topic: str
     key: bytes | None
     value: bytes
     timestamp_ms: int | None = None
     headers: Headers = ()
+    partition: int | None = None
 
 
 class MessageJudge:
