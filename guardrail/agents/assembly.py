@@ -26,8 +26,8 @@ a record Faust's stream skips as a rebalance stops the flow is never
 committed, see :mod:`.consumer`). A crash
 before the ack redelivers the tick; the whole is still ``closing`` under the
 same tick, is judged again under the same name, and the window counter skips
-the repeat (its position in the internal partition is not above the last one
-counted): a whole is never lost nor counted twice, its result at worst
+the repeat (it holds the tick's position, or its floor passed it): a whole is
+never lost nor counted twice, its result at worst
 published twice, as every result can be.
 """
 
@@ -52,7 +52,7 @@ from .windows import ConfirmedTable, _stale
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime
 
-__all__ = ["Assembler", "register_assembly", "SWEEP_SECONDS"]
+__all__ = ["Assembler", "register_assembly", "publish_judged", "SWEEP_SECONDS"]
 
 log = logging.getLogger("guardrail.assembly")
 
@@ -279,10 +279,8 @@ def register_assembly(runtime: WorkerRuntime, gathering: Gathering[Any], *, topi
     bundled = item_bundler(runtime, judge)  # a run is a turn of its session too
 
     async def publish(records: list[Outgoing]) -> None:
-        # Results before their done records: a done must never stand for an unpublished whole.
-        await publish_records(topics, bundled([r for r in records if r.topic != topic_name]))
-        await publish_records(topics, [r for r in records if r.topic == topic_name])
-        await table.confirm_changelog()
+        await publish_judged(records, topics=topics, table=table, internal_topic=topic_name,
+                             bundled=bundled)
         if confirm is not None:
             await confirm()  # type: ignore[operator]
 
@@ -322,6 +320,23 @@ def register_assembly(runtime: WorkerRuntime, gathering: Gathering[Any], *, topi
         assembler.update_gauges()
 
     return assembler
+
+
+async def publish_judged(records: list[Outgoing], *, topics: dict[str, Any], table: Any,
+                         internal_topic: str,
+                         bundled: Callable[[list[Outgoing]], list[Outgoing]]) -> None:
+    """Publish a batch of the assembling agent in the order a crash needs:
+
+    1. the table's writes, on the broker: a whole whose judgment is out is then
+       recovered ``closing`` under its tick, and the redelivered tick judges it
+       again under the same name, which the windows skip (were the write lost,
+       the recovered whole would be open, its quiet time started again, and a
+       later tick would judge it under a new name: counted twice);
+    2. results and judgment events;
+    3. done records: a done must never stand for an unpublished whole."""
+    await table.confirm_changelog()
+    await publish_records(topics, bundled([r for r in records if r.topic != internal_topic]))
+    await publish_records(topics, [r for r in records if r.topic == internal_topic])
 
 
 def _async(function: Any) -> Any:
