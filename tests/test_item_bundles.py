@@ -56,6 +56,9 @@ def test_items_go_alone_when_the_partition_is_unknown_or_the_record_is_no_item()
     assert unknown == [span, tick]
     assert bundle_items([tick], kinds=KINDS, partition_of=_partition_of) == [tick]
     assert bundle_items([span], kinds={}, partition_of=_partition_of) == [span]
+    # Not UTF-8 text: it cannot ride in a JSON bundle, so it goes alone as before.
+    binary = Outgoing(SPANS, b"t5", b"\xff\xfe", headers=RUN_SPAN_HEADERS)
+    assert bundle_items([binary], kinds=KINDS, partition_of=_partition_of) == [binary]
 
 
 def test_a_bundle_is_closed_before_it_passes_its_size_limit():

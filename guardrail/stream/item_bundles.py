@@ -54,9 +54,8 @@ def bundle_items(records: list[Outgoing], *, kinds: Mapping[str, tuple[str, byte
     open_bundles: dict[tuple[str, int], _Bundle] = {}
     closed: list[_Bundle] = []
     for record in records:
-        kind = kinds.get(record.topic)
-        partition = None if kind is None or record.key is None \
-            or tuple(record.headers) != (kind,) else partition_of(record.topic, record.key)
+        item = _item_of(record, kinds.get(record.topic))
+        partition = None if item is None else partition_of(record.topic, record.key or b"")
         if partition is None:
             kept.append(record)
             continue
@@ -65,8 +64,19 @@ def bundle_items(records: list[Outgoing], *, kinds: Mapping[str, tuple[str, byte
             if bundle is not None:
                 closed.append(bundle)
             bundle = open_bundles[(record.topic, partition)] = _Bundle(record, partition)
-        bundle.add(record)
+        bundle.add(item, record)  # type: ignore[arg-type]
     return kept + [bundle.record() for bundle in [*closed, *open_bundles.values()]]
+
+
+def _item_of(record: Outgoing, kind: tuple[str, bytes] | None) -> tuple[str, str] | None:
+    """``record`` as a bundle's ``(key, value)``, or None when it goes alone: not
+    an item of ``kind``, or a key or value that is not UTF-8 text."""
+    if kind is None or record.key is None or tuple(record.headers) != (kind,):
+        return None
+    try:
+        return record.key.decode(), record.value.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 class _Bundle:
@@ -77,8 +87,8 @@ class _Bundle:
         self.items: list[tuple[str, str]] = []
         self.size, self.timestamp_ms = 0, first.timestamp_ms
 
-    def add(self, record: Outgoing) -> None:
-        self.items.append((record.key.decode(), record.value.decode()))  # type: ignore[union-attr]
+    def add(self, item: tuple[str, str], record: Outgoing) -> None:
+        self.items.append(item)
         self.size += len(record.value)
         if record.timestamp_ms is not None:
             self.timestamp_ms = max(self.timestamp_ms or 0, record.timestamp_ms)
