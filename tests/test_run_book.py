@@ -235,6 +235,11 @@ def test_caps_truncate_a_run_and_memory_pressure_judges_the_quietest_early():
     _age(assembly, rootless.trace_id, 2)
     assembly.send(b"span", rootless.trace_id, spans[-2])  # a duplicate of a dropped one
     assert header.last_ms > before - 2000 and header.dropped == 14
+    # A runaway run that keeps sending is judged at the latest run_idle_seconds
+    # after its first span.
+    header.last_ms = header.first_ms + 180_000 - 10
+    assert due(header, now_ms=header.first_ms + 179_999, limits=limits) is None
+    assert due(header, now_ms=header.first_ms + 180_000, limits=limits) == "truncated"
     book = RunBook()
     quiet, busy = RunHeader.new("a" * 32, now_ms=0), RunHeader.new("b" * 32, now_ms=5)
     book.headers = {quiet.trace_id: quiet, busy.trace_id: busy}

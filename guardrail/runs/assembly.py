@@ -103,14 +103,16 @@ def due(header: RunHeader, *, now_ms: int, limits: RunLimits) -> RunStatus | Non
 
     ``truncated`` once its root is in (more would only be dropped), or after
     the settle time without any span, dropped ones too (the root, which carries
-    the verdict, is often exported last); ``complete`` once the root arrived and
-    nothing new came for the settle time; ``idle`` after the idle time without
-    a root."""
+    the verdict, is often exported last), or at the latest the idle time after
+    its first span (a runaway run that never stops sending); ``complete`` once
+    the root arrived and nothing new came for the settle time; ``idle`` after
+    the idle time without a root."""
     if header.state != "open":
         return None
     quiet_ms = now_ms - header.last_ms
     if header.truncated:
-        settled = header.root_ms is not None or quiet_ms >= limits.settle_seconds * 1000
+        settled = header.root_ms is not None or quiet_ms >= limits.settle_seconds * 1000 \
+            or now_ms - header.first_ms >= limits.idle_seconds * 1000
         return "truncated" if settled else None
     if header.root_ms is not None and quiet_ms >= limits.settle_seconds * 1000:
         return "complete"
