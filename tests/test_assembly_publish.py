@@ -4,7 +4,6 @@ leaves must never be a whole judged under two names."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 from guardrail.agents.assembly import publish_judged
 from guardrail.stream.processing import Outgoing
@@ -36,10 +35,10 @@ def test_the_table_is_durable_before_results_and_results_before_done_records():
     topics = {name: _Topic(name, log) for name in ("results", "judgments", INTERNAL)}
     records = [Outgoing(INTERNAL, b"t1", b"", headers=(("guardrail-run", b"done"),)),
                Outgoing("results", b"t1", b"{}"), Outgoing("judgments", None, b"[]")]
-    bundled = SimpleNamespace(seen=[])
+    bundled: list[list[str]] = []  # the topics of each list handed to the bundler
 
     def bundle(batch):
-        bundled.seen.append([r.topic for r in batch])
+        bundled.append([r.topic for r in batch])
         return batch
 
     asyncio.run(publish_judged(records, topics=topics, table=_Table(log),
@@ -48,4 +47,4 @@ def test_the_table_is_durable_before_results_and_results_before_done_records():
     # result recovers it closing under the same tick, judged again under one name.
     assert log == ["changelog confirmed", "send results", "send judgments",
                    f"send {INTERNAL}"]
-    assert bundled.seen == [["results", "judgments"]]  # done records are never bundled
+    assert bundled == [["results", "judgments"]]  # done records are never bundled

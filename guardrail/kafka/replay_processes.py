@@ -35,6 +35,7 @@ __all__ = ["replay_in_processes", "deal"]
 #: How often the parent checks that its children live, between their reports (seconds).
 PROGRESS_EVERY = 0.5
 
+
 def deal(ranges: dict[int, tuple[int, int]], processes: int) -> list[dict[int, tuple[int, int]]]:
     """The partitions in ``processes`` shares of about equal records, largest
     first to the least loaded share; empty ranges and empty shares left out::
