@@ -15,7 +15,8 @@ Why two: profiled in ``bench/``, litellm's per-call path (thread hops, logging
 and cost hooks) took ~60 % of a worker's CPU and capped a 2-core worker near
 130 judge calls/s. When the judge is a self-hosted OpenAI-compatible server
 (vLLM, llama.cpp, Ollama's ``/v1``, a proxy), the request is plain JSON, so
-:class:`HTTPTransport` posts it itself with one pooled aiohttp session. Every
+:class:`HTTPTransport` posts it itself over pooled keep-alive connections
+(:mod:`guardrail.judges.http1`, leaner per call than aiohttp). Every
 other provider goes through :class:`LiteLLMTransport`.
 
 Log-probabilities (``judge_logprobs``, on by default) are asked for with
@@ -40,6 +41,7 @@ from .._litellm import litellm
 from ..errors import ConfigError
 from .answers import (Completion, HTTPStatusError, _count, answer_object, completion_from_json,
                       decode_completion)
+from .http1 import HTTP1Client, HTTPConnectionError
 from .probability import TOP_LOGPROBS, read_logprobs
 from ..settings import JudgeSettings
 
@@ -122,8 +124,9 @@ def _config_setting(exc: BaseException, api_base: str | None) -> str | None:
 
 
 def _transient(exc: BaseException) -> bool:
-    return (isinstance(exc, (asyncio.TimeoutError, aiohttp.ClientConnectionError,
-                             aiohttp.ClientPayloadError))
+    # aiohttp's own errors can come through litellm, which may post with aiohttp.
+    return (isinstance(exc, (asyncio.TimeoutError, HTTPConnectionError,
+                             aiohttp.ClientConnectionError, aiohttp.ClientPayloadError))
             or status_of(exc) in _TRANSIENT_STATUS)
 
 
@@ -308,37 +311,35 @@ class OpenAICompatibleClient:
         data = await client.complete({"model": "qwen", "messages": [...]}, timeout=30)
         await client.aclose()
 
+    Requests go through :class:`~guardrail.judges.http1.HTTP1Client`, a lean
+    keep-alive client (a call per judged message: its CPU is the worker's).
     Errors: :class:`HTTPStatusError` carries ``status_code``; connection
-    failures are ``aiohttp.ClientError``; a slow server is ``asyncio.TimeoutError``.
+    failures are :class:`~guardrail.judges.http1.HTTPConnectionError`; a slow
+    server is ``TimeoutError``.
     """
 
     def __init__(self, api_base: str, *, api_key: str | None) -> None:
-        self.url = api_base.rstrip("/") + "/chat/completions"
-        self._headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json", "User-Agent": "guardrail"}
         if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
-        self._session: aiohttp.ClientSession | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._http = HTTP1Client(api_base.rstrip("/") + "/chat/completions", headers=headers)
 
-    def _session_for_this_loop(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._loop is not loop or self._session.closed:
-            # No per-host cap: the judge's semaphore is the only limit on calls.
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                                  headers=self._headers)
-            self._loop = loop
-        return self._session
+    @property
+    def url(self) -> str:
+        """Where requests go (a moderation client points it at ``/moderations``)."""
+        return self._http.url
+
+    @url.setter
+    def url(self, url: str) -> None:
+        self._http.url = url
 
     async def post(self, body: dict[str, Any], *, timeout: float) -> tuple[int, bytes]:
         """The status and undecoded body of one request's answer (an error
         status raises :class:`HTTPStatusError`)."""
-        session = self._session_for_this_loop()
-        async with session.post(self.url, data=orjson.dumps(body),
-                                timeout=aiohttp.ClientTimeout(total=timeout)) as response:
-            raw = await response.read()
-            if response.status >= 400:
-                raise HTTPStatusError(response.status, raw.decode("utf-8", "replace"))
-        return response.status, raw
+        status, raw = await self._http.post(orjson.dumps(body), timeout=timeout)
+        if status >= 400:
+            raise HTTPStatusError(status, raw.decode("utf-8", "replace"))
+        return status, raw
 
     async def complete(self, body: dict[str, Any], *, timeout: float) -> dict[str, Any]:
         """The decoded JSON response of one chat completion request."""
@@ -346,6 +347,4 @@ class OpenAICompatibleClient:
 
     async def aclose(self) -> None:
         """Close the pool (idempotent)."""
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
-        self._session = None
+        await self._http.aclose()
