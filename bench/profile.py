@@ -4,6 +4,12 @@
     ...                                   # the worker works
     summary = finish(prof)                # {"samples": .., "top_self": [..], "top_total": [..]}
     python bench/profile.py FILE          # summarise a saved collapsed-stack file
+    python bench/profile.py FILE --parts 1.44   # ... and split a judged message's 1.44 ms
+
+``--parts`` puts each busy sample of a judging worker in the first part of
+:data:`PARTS` its stack matches (the table on the performance page's
+"CPU per judged message"), and with a CPU per message given, turns the shares
+into milliseconds.
 
 py-spy (``pip install py-spy``) writes collapsed stacks (``--format raw``);
 each frame is ``function (file:line)``. "self" is where the CPU was when
@@ -101,6 +107,40 @@ def summarize(path: Path, top: int = 15) -> dict[str, Any]:
             "packages_total": pct(packages)}
 
 
+#: A judged message's parts, first match wins: (name, file prefixes one frame must start with).
+PARTS = (
+    ("the judge's answer: decoding, log-probabilities, verdict tokens",
+     ("guardrail/judges/answers.py", "guardrail/judges/probability.py")),
+    ("the judge call's HTTP", ("guardrail/judges/http1.py", "aiohttp/")),
+    ("the windows agent", ("guardrail/agents/windows.py",)),
+    ("the rest of judging: prompt, scoring, result and judgment records",
+     ("guardrail/",)),
+    ("Faust, aiokafka and mode: fetching, producing, committing",
+     ("faust/", "aiokafka/", "mode/")),
+)
+#: guardrail frames every worker stack holds, or that are Faust's consumer, not judging.
+_NOT_JUDGING = ("guardrail/agents/runner.py", "guardrail/cli", "guardrail/__main__",
+                "guardrail/agents/consumer.py", "guardrail/agents/transport.py",
+                "guardrail/agents/lost_records.py", "guardrail/agents/liveness.py")
+_IDLE = ("EpollSelector.select", "select (selectors.py")
+
+
+def parts(path: Path) -> dict[str, float]:
+    """Each part's share of the busy samples (an idle wait in ``select`` left out)."""
+    counts: Counter = Counter()
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit() or stack.rsplit(";", 1)[-1].startswith(_IDLE):
+            continue
+        files = [_short(f).rpartition("(")[2].rstrip(")") for f in stack.split(";")]
+        files = [f for f in files if not f.startswith(_NOT_JUDGING)]
+        name = next((part for part, prefixes in PARTS
+                     if any(f.startswith(prefixes) for f in files)), "the event loop and the rest")
+        counts[name] += int(count)
+    busy = sum(counts.values()) or 1
+    return {name: counts[name] / busy for name, _ in (*PARTS, ("the event loop and the rest", ()))}
+
+
 def show(summary: dict[str, Any] | None, title: str) -> None:
     if not summary:
         print(f"[{title}] no profile (py-spy missing?)")
@@ -114,3 +154,10 @@ def show(summary: dict[str, Any] | None, title: str) -> None:
 
 if __name__ == "__main__":
     show(summarize(Path(sys.argv[1])), sys.argv[1])
+    if "--parts" in sys.argv:
+        given = sys.argv[sys.argv.index("--parts") + 1:]
+        cpu_ms = float(given[0]) if given else None
+        print("  parts of a judged message:")
+        for name, share in parts(Path(sys.argv[1])).items():
+            ms = f" = {share * cpu_ms:.2f} ms" if cpu_ms else ""
+            print(f"    {100 * share:5.1f}%{ms}  {name}")
