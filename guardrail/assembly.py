@@ -27,7 +27,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-__all__ = ["Header", "Book", "Gathering", "AddOutcome", "State"]
+__all__ = ["Header", "Book", "Gathering", "AddOutcome", "State", "RUN_SPAN_KIND",
+           "RUN_SPAN_HEADERS", "SESSION_TURN_KIND", "TURN_HEADERS"]
+
+#: The header (name, value) that marks an item record on an internal topic (a
+#: run's span, a session's turn; other kinds there: ticks, done). The judging
+#: agent writes it (guardrail.stream), the assembler reads it through its gathering.
+RUN_SPAN_KIND: tuple[str, bytes] = ("guardrail-run", b"span")
+SESSION_TURN_KIND: tuple[str, bytes] = ("guardrail-session", b"turn")
+RUN_SPAN_HEADERS: tuple[tuple[str, bytes], ...] = (RUN_SPAN_KIND,)
+TURN_HEADERS: tuple[tuple[str, bytes], ...] = (SESSION_TURN_KIND,)
 
 State = Literal["open", "closing", "closed"]
 AddOutcome = Literal["added", "duplicate", "late", "dropped"]

@@ -14,10 +14,10 @@ from support.run_traffic import agent_run
 from test_run_book import _age, _assembly, _run_spans
 
 from guardrail.agents.judging import item_bundler
+from guardrail.assembly import RUN_SPAN_HEADERS, TURN_HEADERS
 from guardrail.settings import Settings
 from guardrail.stream.item_bundles import BUNDLE_MAX_BYTES, bundle_items, read_bundle
-from guardrail.stream.processing import RUN_SPAN_HEADERS, Outgoing
-from guardrail.stream.session_turns import TURN_HEADERS
+from guardrail.stream.processing import Outgoing
 
 SPANS, TURNS = "app-run-spans", "app-session-turns"
 KINDS = {SPANS: RUN_SPAN_HEADERS[0], TURNS: TURN_HEADERS[0]}

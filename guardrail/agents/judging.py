@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from faust.types import TP
 
+from ..assembly import RUN_SPAN_HEADERS, TURN_HEADERS
 from ..errors import JudgeConfigError
 from ..stream.envelope import Source
 from ..stream.item_bundles import bundle_items
-from ..stream.processing import RUN_SPAN_HEADERS, MessageJudge, Outgoing, RawMessage
-from ..stream.session_turns import TURN_HEADERS
+from ..stream.processing import MessageJudge, Outgoing, RawMessage
 
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..assembly import RUN_SPAN_KIND
 from .assembly import RunBook, RunHeader, RunLimits, due, durable, recount
 from .case import NO_FINAL_ANSWER, run_case
 from .settings import RunSettings
@@ -31,8 +32,7 @@ class RunGathering:
     """The run rules: spans in, one case per run out."""
 
     noun = "agent run"
-    kind_header = "guardrail-run"
-    item_kind = b"span"
+    kind_header, item_kind = RUN_SPAN_KIND
     item_prefix = "s"
 
     def __init__(self, runs: RunSettings, telemetry: Any) -> None:

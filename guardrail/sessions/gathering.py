@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..assembly import SESSION_TURN_KIND
 from ..stream.envelope import utc_iso
 from .book import SessionBook, SessionHeader, SessionLimits, due, recount
 from .settings import SessionSettings
@@ -27,8 +28,7 @@ class SessionGathering:
     """The session rules: turns in, a judged case per trigger out."""
 
     noun = "session"
-    kind_header = "guardrail-session"
-    item_kind = b"turn"
+    kind_header, item_kind = SESSION_TURN_KIND
     item_prefix = "t"
 
     def __init__(self, sessions: SessionSettings, telemetry: Any) -> None:

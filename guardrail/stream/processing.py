@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import orjson
 
 from .._tasks import gather_or_cancel
+from ..assembly import RUN_SPAN_HEADERS
 from ..evaluate import Evaluator
 from ..formats import CaseDecoder, InputDecoder, build_decoder
 from ..models import RedteamMetrics
@@ -58,8 +59,6 @@ __all__ = ["RawMessage", "Outgoing", "MessageJudge", "JudgeTally", "ResultExport
 
 log = logging.getLogger("guardrail.worker")
 
-#: Marks a record of the run-spans topic as a span (other kinds: ticks, done).
-RUN_SPAN_HEADERS: Headers = (("guardrail-run", b"span"),)
 #: Rounds a batch is retried when some judgments (under the outage threshold)
 #: failed judge-side, before those errors are published.
 PARTIAL_OUTAGE_RETRIES = 3

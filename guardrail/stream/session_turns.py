@@ -16,17 +16,14 @@ again, so a rate per unit is a share of conversations, not of judgments.
 
 from __future__ import annotations
 
+from ..assembly import TURN_HEADERS
 from ..models import RedteamMetrics
 from ..sessions.turns import Turn
-from .envelope import Headers, InputMessage
+from .envelope import InputMessage
 from .events import UNIT_LABEL
 
 __all__ = ["turn_of", "turn_record_value", "TURN_HEADERS", "UNIT_LABEL", "counts_in_windows",
            "window_labels", "message_unit"]
-
-#: Marks a record of the session-turns topic as a turn (other kinds: ticks, done).
-TURN_HEADERS: Headers = (("guardrail-session", b"turn"),)
-
 
 def turn_of(message: InputMessage, verdict: RedteamMetrics | None, *, event_ms: int) -> Turn:
     """The turn a judged (or unsampled: ``verdict`` None) case adds to its session
