@@ -2,7 +2,7 @@
 result, memory of open runs, plain chat spans with runs on and off.
 
     python bench/agent_runs.py [--broker embedded|apache] [--runs 2000]
-        [--open-runs 10000] [--only throughput,settle,memory,plain]
+        [--open-runs 10000] [--only throughput,settle,memory,plain] [--profile]
 
 A fresh worker per figure (``input_format=otlp``, 2 partitions, warmed by five
 judged chat spans), the stand-in judge answering at once. A run is OTel GenAI
@@ -16,7 +16,10 @@ partition (no key, as the Collector's kafka exporter); texts differ per run.
    - first record's send), settle 0.5 s (the sweep ticks every second); beside
    it the same records with ``agent_runs=false``, today's per-span path (each
    run's answer span judged alone, the other nine skipped); and each worker's
-   own CPU per span over the drain (``/proc/PID/stat``).
+   own CPU per span over the drain (``/proc/PID/stat``). ``--profile`` records
+   each of the two workers with py-spy (200 samples/s) over its whole drain
+   and splits its CPU per span by part (``bench/profile.py``'s ``RUN_PARTS``;
+   raw stacks: bench/results/profile-agent_runs-*.txt).
 2. root end -> result: ``--run-rate`` runs/s for ``--seconds``, each root sent
    once its run's other spans were acked; from the root's ack to the result's
    arrival here, at settle 5 s (default) and 1 s: the settle, up to 1 s until
@@ -41,7 +44,8 @@ import time
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from common import ROOT, produce_values, rss_mb
+import profile as prof
+from common import RESULTS, ROOT, produce_values, rss_mb
 from cpu_sampler import cpu_seconds
 from live import (PARTITIONS, Records, Rig, broker_options, drain, latencies, metric_values,
                   num, paced, run_figures, send_all, steady_rss, tell_missing, worker)
@@ -79,19 +83,26 @@ def runs_of(n: int, tag: str, tools: int = 4, with_root: bool = True) -> list[Sy
 
 # 1. Throughput --------------------------------------------------------------------------
 
-def throughput(rig: Rig, n: int) -> dict[str, Any]:
+def throughput(rig: Rig, n: int, profile: bool = False) -> dict[str, Any]:
     records = spread(runs_of(n, "tp"), partitions=PARTITIONS, seed=7)
     out = {}
     for name, agent_runs in (("runs", True), ("per_span", False)):
         with worker(rig, f"tp-{name}", **OTLP, agent_runs=agent_runs,
                     run_settle_seconds=0.5) as (env, proc):
             before = cpu_seconds(proc.pid) or 0.0
+            profiling = (prof.start(proc.pid, 3600, RESULTS / f"profile-agent_runs-{name}.txt",
+                                    rate=200) if profile else None)
             r, _ = asyncio.run(drain(env, records, n, warm_spans()))
             # The worker's own CPU over the drain (warm-up and the 1 s wait included).
             cpu = (cpu_seconds(proc.pid) or 0.0) - before
+            profiled = profiling is not None and prof.stop(profiling)
             tell_missing(env, f"throughput {name}: results", r["results"], n)
         out[name] = {**r, "runs": n, "worker_cpu_s": round(cpu, 2),
                      "cpu_ms_per_span": round(cpu * 1000 / len(records), 3)}
+        if profiled:
+            out[name]["parts"] = prof.parts(profiling.out, prof.RUN_PARTS)
+            prof.show_parts(out[name]["parts"], f"a span, {name} worker",
+                            out[name]["cpu_ms_per_span"])
     return out
 
 
@@ -223,11 +234,13 @@ def main() -> int:
     parser.add_argument("--run-rate", type=float, default=10.0, help="runs/s, root -> result")
     parser.add_argument("--chat-rate", type=float, default=50.0, help="plain chat spans/s")
     parser.add_argument("--seconds", type=float, default=15.0, help="length of paced runs")
+    parser.add_argument("--profile", action="store_true",
+                        help="py-spy the throughput workers, their CPU per span by part")
     broker_options(parser, FIGURES)
     args = parser.parse_args()
 
     def steps(rig: Rig) -> dict[str, Any]:
-        return {"throughput": lambda: throughput(rig, args.runs),
+        return {"throughput": lambda: throughput(rig, args.runs, args.profile),
                 "settle": lambda: root_to_result(rig, args.run_rate, args.seconds),
                 "memory": lambda: memory(rig, args.open_runs),
                 "plain": lambda: plain_chat(rig, args.chat_rate, args.seconds)}

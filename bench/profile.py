@@ -5,11 +5,13 @@
     summary = finish(prof)                # {"samples": .., "top_self": [..], "top_total": [..]}
     python bench/profile.py FILE          # summarise a saved collapsed-stack file
     python bench/profile.py FILE --parts 1.44   # ... and split a judged message's 1.44 ms
+    python bench/profile.py FILE --run-parts 1.24   # ... or a span's on the agent-run path
 
 ``--parts`` puts each busy sample of a judging worker in the first part of
 :data:`PARTS` its stack matches (the table on the performance page's
-"CPU per judged message"), and with a CPU per message given, turns the shares
-into milliseconds.
+"CPU per judged message"), ``--run-parts`` in those of :data:`RUN_PARTS` (its
+"Agent runs" section); with a CPU per message given, the shares turn into
+milliseconds.
 
 py-spy (``pip install py-spy``) writes collapsed stacks (``--format raw``);
 each frame is ``function (file:line)``. "self" is where the CPU was when
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -62,6 +65,13 @@ def finish(prof: Profiling, timeout: float = 60) -> dict[str, Any] | None:
         prof.proc.terminate()
         prof.proc.wait(10)
     return summarize(prof.out) if prof.out.exists() else None
+
+
+def stop(prof: Profiling) -> dict[str, Any] | None:
+    """Stop a recording now (py-spy writes what it has on SIGINT), then :func:`finish`."""
+    if prof.proc is not None and prof.proc.poll() is None:
+        prof.proc.send_signal(signal.SIGINT)
+    return finish(prof)
 
 
 def _short(frame: str) -> str:
@@ -118,6 +128,23 @@ PARTS = (
     ("Faust, aiokafka and mode: fetching, producing, committing",
      ("faust/", "aiokafka/", "mode/")),
 )
+#: A span's parts on the agent-run path, first match wins (the judging agent
+#: decodes it and sends it on bundled; the assembler keeps it in its table
+#: until its run is judged; the sweep ticks; the run is judged and closed).
+RUN_PARTS = (
+    ("judging (prompt, judge call, answer; a run's case)",
+     ("guardrail/evaluate.py", "guardrail/judges/")),
+    ("decoding OTLP and reading spans", ("guardrail/formats/", "guardrail/runs/span_reading.py",
+                                         "guardrail/stream/envelope.py")),
+    ("the assembler's own work (spans into the table, ticks, building the case)",
+     ("guardrail/agents/assembly.py", "guardrail/assembly.py", "guardrail/runs/")),
+    ("producing through Faust and aiokafka (results, run spans, changelog, ticks, done)",
+     ("faust/topics.py", "faust/tables/", "aiokafka/producer/", "guardrail/stream/item_bundles.py",
+      "aiokafka/partitioner.py")),
+    ("the windows agent", ("guardrail/agents/windows.py",)),
+    ("consuming through Faust, stream iteration, the rest of guardrail",
+     ("faust/", "aiokafka/", "mode/", "guardrail/")),
+)
 #: guardrail frames every worker stack holds, or that are Faust's consumer, not judging.
 _NOT_JUDGING = ("guardrail/agents/runner.py", "guardrail/cli", "guardrail/__main__",
                 "guardrail/agents/consumer.py", "guardrail/agents/transport.py",
@@ -125,20 +152,31 @@ _NOT_JUDGING = ("guardrail/agents/runner.py", "guardrail/cli", "guardrail/__main
 _IDLE = ("EpollSelector.select", "select (selectors.py")
 
 
-def parts(path: Path) -> dict[str, float]:
+def parts(path: Path, table: tuple[tuple[str, tuple[str, ...]], ...] = PARTS
+          ) -> dict[str, float]:
     """Each part's share of the busy samples (an idle wait in ``select`` left out)."""
     counts: Counter = Counter()
     for line in path.read_text(errors="replace").splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit() or stack.rsplit(";", 1)[-1].startswith(_IDLE):
             continue
+        if "asyncio/base_events.py" not in stack and "threading.py" not in stack:
+            continue  # the start (imports, settings) before the event loop runs
         files = [_short(f).rpartition("(")[2].rstrip(")") for f in stack.split(";")]
         files = [f for f in files if not f.startswith(_NOT_JUDGING)]
-        name = next((part for part, prefixes in PARTS
+        name = next((part for part, prefixes in table
                      if any(f.startswith(prefixes) for f in files)), "the event loop and the rest")
         counts[name] += int(count)
     busy = sum(counts.values()) or 1
-    return {name: counts[name] / busy for name, _ in (*PARTS, ("the event loop and the rest", ()))}
+    return {name: counts[name] / busy for name, _ in (*table, ("the event loop and the rest", ()))}
+
+
+def show_parts(shares: dict[str, float], what: str, cpu_ms: float | None) -> None:
+    """Print :func:`parts`' shares, in milliseconds too when ``cpu_ms`` is given."""
+    print(f"  parts of {what}:")
+    for name, share in shares.items():
+        ms = f" = {share * cpu_ms:.2f} ms" if cpu_ms else ""
+        print(f"    {100 * share:5.1f}%{ms}  {name}")
 
 
 def show(summary: dict[str, Any] | None, title: str) -> None:
@@ -154,10 +192,8 @@ def show(summary: dict[str, Any] | None, title: str) -> None:
 
 if __name__ == "__main__":
     show(summarize(Path(sys.argv[1])), sys.argv[1])
-    if "--parts" in sys.argv:
-        given = sys.argv[sys.argv.index("--parts") + 1:]
-        cpu_ms = float(given[0]) if given else None
-        print("  parts of a judged message:")
-        for name, share in parts(Path(sys.argv[1])).items():
-            ms = f" = {share * cpu_ms:.2f} ms" if cpu_ms else ""
-            print(f"    {100 * share:5.1f}%{ms}  {name}")
+    for flag, table, what in (("--parts", PARTS, "a judged message"),
+                              ("--run-parts", RUN_PARTS, "a span on the agent-run path")):
+        if flag in sys.argv:
+            given = sys.argv[sys.argv.index(flag) + 1:]
+            show_parts(parts(Path(sys.argv[1]), table), what, float(given[0]) if given else None)
