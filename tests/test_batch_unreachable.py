@@ -45,7 +45,7 @@ def test_a_judge_on_a_closed_port_judges_nothing_says_where_and_fails(tmp_path, 
     assert f"judged {len(CASES)}/{len(CASES)}" not in proc.stderr
     assert f"cases: {len(CASES)}  judged: 0  not judged: {len(CASES)}" in proc.stdout
     # The console cuts long reasons, but never inside the judge's address.
-    assert f"Cannot connect to host 127.0.0.1:{port}" in _reasons_line(proc.stdout), output
+    assert f"cannot connect to 127.0.0.1:{port}" in _reasons_line(proc.stdout), output
     said = "gate: exit 3: " if gate else "exit 3: nothing judged: none of the 2 case(s)"
     assert said in proc.stderr and "Traceback" not in output
     summary = json.loads((tmp_path / "out/summary.json").read_text())

@@ -162,10 +162,10 @@ class _Connection(asyncio.Protocol):
     # one round trip -----------------------------------------------------------------------
     async def request(self, head: bytes, body: bytes) -> tuple[int, bytes, bool]:
         """Send one request; the answer's status, decoded body and whether to reuse."""
+        self._state, self._answer, self.got_bytes = _HEAD, None, False
         if self.lost or self.transport is None or self.transport.is_closing():
             raise HTTPConnectionError("the judge server closed the connection before answering")
         self._waiter = asyncio.get_running_loop().create_future()
-        self._state, self._answer, self.got_bytes = _HEAD, None, False
         self.transport.write(head + body)
         try:
             return await self._waiter
