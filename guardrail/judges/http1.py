@@ -3,9 +3,9 @@
 The direct judge path makes one POST per judged message, so what the client
 spends per call is spent per message. aiohttp's request path (its session,
 timers, tracing hooks, header multidicts and stream readers) cost a worker
-about 0.35 ms of CPU per call against a judge answering at once, more than a
+about 0.3 ms of CPU per call against a judge answering at once, about a
 sixth of a judged message's CPU; this client does the same round trip in
-about a quarter of that (``python bench/judge_alone.py --client both``)::
+about a third of that (``python bench/judge_alone.py``)::
 
     client = HTTP1Client("http://127.0.0.1:8000/v1/chat/completions",
                          headers={"Authorization": "Bearer sk-..."})
