@@ -154,14 +154,15 @@ _IDLE = ("EpollSelector.select", "select (selectors.py")
 
 def parts(path: Path, table: tuple[tuple[str, tuple[str, ...]], ...] = PARTS
           ) -> dict[str, float]:
-    """Each part's share of the busy samples (an idle wait in ``select`` left out)."""
+    """Each part's share of the busy samples (an idle wait in ``select`` left out).
+
+    Every sample counts: a task's stack often starts at its coroutine, without
+    the event loop's frames, so record only once the process is serving."""
     counts: Counter = Counter()
     for line in path.read_text(errors="replace").splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit() or stack.rsplit(";", 1)[-1].startswith(_IDLE):
             continue
-        if "asyncio/base_events.py" not in stack and "threading.py" not in stack:
-            continue  # the start (imports, settings) before the event loop runs
         files = [_short(f).rpartition("(")[2].rstrip(")") for f in stack.split(";")]
         files = [f for f in files if not f.startswith(_NOT_JUDGING)]
         name = next((part for part, prefixes in table
