@@ -3,15 +3,16 @@ server on loopback: framing, keep-alive reuse, compressed bodies, a pooled
 connection the server closed, timeouts, malformed answers and TLS."""
 
 import asyncio
-import datetime
 import gzip
 import ssl
 import zlib
 
 import pytest
 
+from guardrail._processes import free_port
 from guardrail.judges.http1 import HTTP1Client, HTTPConnectionError, HTTPProtocolError
 from guardrail.judges.transports import HTTPStatusError, OpenAICompatibleClient
+from guardrail.kafka.apache import KafkaUnavailable, make_tls_files
 
 
 def _answer(body: bytes, *extra: str, status: str = "200 OK") -> bytes:
@@ -241,11 +242,7 @@ async def test_bytes_sent_on_an_idle_connection_retire_it():
 
 
 async def test_a_refused_connection_is_a_connection_error():
-    probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-    port = probe.sockets[0].getsockname()[1]
-    probe.close()
-    await probe.wait_closed()
-    client = HTTP1Client(f"http://127.0.0.1:{port}/v1")
+    client = HTTP1Client(f"http://127.0.0.1:{free_port()}/v1")  # nothing listens there
     with pytest.raises(HTTPConnectionError, match="cannot connect"):
         await client.post(b"{}", timeout=5)
 
@@ -272,40 +269,25 @@ async def test_an_error_status_comes_back_as_http_status_error_with_its_body():
 
 # TLS --------------------------------------------------------------------------------------
 
-def _self_signed(tmp_path):
-    """A CA-less self-signed certificate for localhost, written as PEM files."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-            .sign(key, hashes.SHA256()))
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+def _server_tls(tmp_path):
+    """The CA file to trust and a server context with a certificate it signed
+    (the throwaway CA the Kafka security tests use; needs ``openssl``)."""
+    try:
+        tls = make_tls_files(tmp_path / "tls")
+    except KafkaUnavailable as exc:
+        pytest.skip(str(exc))
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_tls.load_cert_chain(cert_path, key_path)
-    return cert_path, server_tls
+    server_tls.load_cert_chain(tls.cert_pem, tls.key_pem)
+    return tls.ca_pem, server_tls
 
 
 async def test_https_checks_the_certificate_against_the_trusted_store(tmp_path, monkeypatch):
-    cert_path, server_tls = _self_signed(tmp_path)
+    ca_path, server_tls = _server_tls(tmp_path)
     async with ScriptedServer(echo, tls=server_tls) as server:
         untrusting = HTTP1Client(server.url)
         with pytest.raises(HTTPConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
             await untrusting.post(b"{}", timeout=5)
-        monkeypatch.setenv("SSL_CERT_FILE", str(cert_path))  # OpenSSL's trusted store
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca_path))  # OpenSSL's trusted store
         trusting = HTTP1Client(server.url)
         assert await trusting.post(b'{"tls": 1}', timeout=5) == (200, b'{"tls": 1}')
         assert await trusting.post(b'{"tls": 2}', timeout=5) == (200, b'{"tls": 2}')

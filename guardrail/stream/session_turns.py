@@ -25,6 +25,7 @@ from .events import UNIT_LABEL
 __all__ = ["turn_of", "turn_record_value", "TURN_HEADERS", "UNIT_LABEL", "counts_in_windows",
            "window_labels", "message_unit"]
 
+
 def turn_of(message: InputMessage, verdict: RedteamMetrics | None, *, event_ms: int) -> Turn:
     """The turn a judged (or unsampled: ``verdict`` None) case adds to its session
     (``guardrail inputs check`` makes the same turns, unjudged)."""

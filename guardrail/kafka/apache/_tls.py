@@ -17,11 +17,14 @@ __all__ = ["TlsFiles", "make_tls_files"]
 @dataclass(frozen=True)
 class TlsFiles:
     """A CA and a broker certificate for ``127.0.0.1`` / ``localhost``, as PEM
-    files for clients and a PKCS#12 keystore for the broker."""
+    files for clients and a PKCS#12 keystore for the broker (the certificate
+    and its key as PEM too, for a server on Python's ``ssl``)."""
 
     ca_pem: Path
     keystore: Path
     keystore_password: str
+    cert_pem: Path
+    key_pem: Path
 
 
 def make_tls_files(folder: Path, *, days: int = 2) -> TlsFiles:
@@ -48,4 +51,5 @@ def make_tls_files(folder: Path, *, days: int = 2) -> TlsFiles:
         done = subprocess.run(["openssl", *map(str, step)], capture_output=True, text=True)
         if done.returncode != 0:
             raise KafkaUnavailable(f"openssl {step[0]} failed: {done.stderr.strip()[:200]}")
-    return TlsFiles(ca_pem=ca_pem, keystore=folder / "broker.p12", keystore_password=password)
+    return TlsFiles(ca_pem=ca_pem, keystore=folder / "broker.p12", keystore_password=password,
+                    cert_pem=cert, key_pem=key)
