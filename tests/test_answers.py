@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from guardrail.judges.answers import decode_completion
-from guardrail.judges.probability import AnswerTokens, top_pairs
+from guardrail.judges.probability import AnswerTokens, token_bytes, top_pairs
 from guardrail.judges.transports import HTTPStatusError, completion_from_json
 
 ANSWER = '{"verdict": "UNSAFE", "violations": ["insult"], "evidence_spans": ["idiot"]}'
@@ -61,14 +61,33 @@ def _same(fast, plain) -> None:
     assert (fast.logprobs is None) == (plain.logprobs is None)
     if plain.logprobs is None:
         return
-    assert [(t.token, t.logprob, t.raw, top_pairs(t.top)) for t in fast.logprobs] == \
-        [(t.token, t.logprob, t.raw, top_pairs(t.top)) for t in plain.logprobs]
+    assert [(t.token, t.logprob, token_bytes(t), top_pairs(t.top)) for t in fast.logprobs] == \
+        [(t.token, t.logprob, token_bytes(t), top_pairs(t.top)) for t in plain.logprobs]
+    fast_answer, plain_answer = AnswerTokens(fast.logprobs), AnswerTokens(plain.logprobs)
+    assert fast_answer.text == plain_answer.text
+    assert fast_answer.reading("binary_yes_no") == plain_answer.reading("binary_yes_no")
 
 
 @pytest.mark.parametrize("name", BODIES)
 def test_the_typed_reader_yields_what_the_plain_reader_does(name):
     raw = orjson.dumps(BODIES[name])
     _same(decode_completion(200, raw), completion_from_json(orjson.loads(raw)))
+
+
+def test_a_character_split_over_tokens_keeps_the_verdict_readable_on_the_typed_path():
+    text = '{"note": "caf\u00e9", "verdict": "UNSAFE"}'
+    raw = text.encode()
+    cut, verdict = raw.index(b"\xc3"), raw.index(b"UNSAFE")
+    tokens = [_token(raw[:cut].decode()), _token("", raw=[0xC3]), _token("", raw=[0xA9]),
+              _token(raw[cut + 2:verdict].decode()),
+              _token("UN", -0.2, [{"token": "UN", "logprob": -0.2},
+                                  {"token": "SAFE", "logprob": -1.7}]),
+              _token(raw[verdict + 2:].decode())]
+    fast = decode_completion(200, orjson.dumps(_body(content=text, tokens=tokens)))
+    answer = AnswerTokens(fast.logprobs)
+    assert answer.text == text
+    assert answer.reading("binary_yes_no").unsafe == pytest.approx(
+        math.exp(-0.2) / (math.exp(-0.2) + math.exp(-1.7)))
 
 
 def test_a_verdict_is_read_from_alternatives_left_undecoded():

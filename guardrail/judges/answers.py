@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from .probability import TokenLogprob, _token_bytes, read_logprobs
+from .probability import AnswerToken, read_logprobs
 
 __all__ = ["Completion", "HTTPStatusError", "decode_completion", "completion_from_json",
            "answer_object"]
@@ -50,7 +50,7 @@ class Completion:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
-    logprobs: tuple[TokenLogprob, ...] | None = None
+    logprobs: tuple[AnswerToken, ...] | None = None
 
 
 class HTTPStatusError(Exception):
@@ -103,11 +103,15 @@ def _cached_count(data: dict[str, Any], tokens: dict[str, Any]) -> int:
 
 
 class _Token(msgspec.Struct, gc=False):
+    """One answer token as sent, read as an :class:`~.probability.AnswerToken`
+    as it is: an answer has a hundred or more, and building a second record
+    of each cost more than decoding the whole answer."""
+
     token: str
     logprob: float
-    bytes: list[int] | None = None
+    raw: list[int] | None = msgspec.field(default=None, name="bytes")
     #: As sent (``null`` too): read by top_pairs only at a verdict.
-    top_logprobs: msgspec.Raw = msgspec.Raw(b"[]")
+    top: msgspec.Raw = msgspec.field(default=msgspec.Raw(b"[]"), name="top_logprobs")
 
 
 class _Logprobs(msgspec.Struct, gc=False):
@@ -149,15 +153,11 @@ def decode_completion(status: int, raw: bytes) -> Completion:
                       _tokens(choice.logprobs if choice is not None else None))
 
 
-def _tokens(logprobs: _Logprobs | None) -> tuple[TokenLogprob, ...] | None:
+def _tokens(logprobs: _Logprobs | None) -> tuple[_Token, ...] | None:
     """As :func:`~.probability.read_logprobs` reads them: None when absent,
     empty, or any token's log-probability is not finite."""
     if logprobs is None or not logprobs.content:
         return None
-    tokens = []
-    for item in logprobs.content:
-        if not math.isfinite(item.logprob):
-            return None
-        tokens.append(TokenLogprob(item.token, item.logprob, item.top_logprobs,
-                                   _token_bytes(item.token, item.bytes)))
-    return tuple(tokens)
+    if not all(map(math.isfinite, [item.logprob for item in logprobs.content])):
+        return None
+    return tuple(logprobs.content)

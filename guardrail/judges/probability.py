@@ -27,11 +27,12 @@ Pure: no I/O, no provider knowledge beyond the OpenAI response shape.
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import msgspec
 import orjson
@@ -39,8 +40,8 @@ import orjson
 from ..errors import JudgeAnswerError
 from ..parsing import extract_json_object
 
-__all__ = ["TokenLogprob", "Reading", "AnswerTokens", "read_logprobs", "expected_severity",
-           "locate_value", "TOP_LOGPROBS", "top_pairs"]
+__all__ = ["AnswerToken", "TokenLogprob", "Reading", "AnswerTokens", "read_logprobs",
+           "expected_severity", "locate_value", "TOP_LOGPROBS", "top_pairs", "token_bytes"]
 
 #: Alternatives asked for per token: OpenAI's maximum was 5 for years (now 20),
 #: and the verdict's two classes rarely need more.
@@ -52,20 +53,35 @@ _JSON_SPACE = " \t\r\n"
 _DECODER = json.JSONDecoder()
 
 
+class AnswerToken(Protocol):
+    """What is read of one answer token (:class:`TokenLogprob`, or the typed
+    reader's record in :mod:`guardrail.judges.answers`)."""
+
+    @property
+    def token(self) -> str: ...
+    @property
+    def logprob(self) -> float: ...
+    @property
+    def top(self) -> Any: ...
+    @property
+    def raw(self) -> Any: ...
+
+
 class TokenLogprob(NamedTuple):
     """One answer token: its text, log-probability and top alternatives.
 
-    ``raw`` holds the token's UTF-8 bytes when the server sent them (OpenAI
-    and llama.cpp do): a character split over two tokens has a partial or
-    empty ``token`` string but exact bytes. A tuple, not a dataclass: an
-    answer has a hundred or more of them and each response builds them all."""
+    ``raw`` holds the token's UTF-8 bytes as the server sent them (OpenAI and
+    llama.cpp do; a list of byte values, as JSON carries them, or ``bytes``),
+    read with :func:`token_bytes`: a character split over two tokens has a
+    partial or empty ``token`` string but exact bytes. A tuple, not a
+    dataclass: an answer has a hundred or more of them."""
 
     token: str
     logprob: float
     #: ``(text, logprob)`` pairs, or the provider's alternatives as sent
     #: (read with :func:`top_pairs` when needed).
     top: Sequence[Any] = ()
-    raw: bytes | None = None
+    raw: Sequence[int] | bytes | None = None
 
 
 class Reading(NamedTuple):
@@ -77,8 +93,11 @@ class Reading(NamedTuple):
 
 
 def _get(obj: Any, name: str) -> Any:
-    # The direct HTTP client hands dicts; litellm hands pydantic objects.
-    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+    # The direct HTTP client hands dicts (checked first: an ABC check is not
+    # free, and this runs for every alternative read); litellm hands pydantic objects.
+    if type(obj) is dict or isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
 
 
 def _number(value: Any) -> bool:
@@ -113,16 +132,20 @@ def read_logprobs(logprobs: Any) -> tuple[TokenLogprob, ...] | None:
         # The alternatives stay as sent: only the few tokens at a verdict are
         # ever read (see top_pairs), and converting all of them was most of
         # the worker's cost of a response with log-probabilities.
-        tokens.append(TokenLogprob(token, float(logprob), top or (), _token_bytes(token, raw)))
+        sent = raw if isinstance(raw, (list, tuple, bytes)) else None
+        tokens.append(TokenLogprob(token, float(logprob), top or (), sent))
     return tuple(tokens)
 
 
-def _token_bytes(token: str, raw: Any) -> bytes | None:
-    """The token's bytes as sent. An ASCII token with as many bytes as
-    characters is its own encoding (a judge's JSON is nearly all such tokens),
-    so the list of byte values is not converted one by one."""
-    if token and token.isascii() and isinstance(raw, list) and len(raw) == len(token):
-        return token.encode()
+def token_bytes(token: AnswerToken) -> bytes | None:
+    """A token's bytes as sent (None: not sent, or not byte values). An ASCII
+    token with as many bytes as characters is its own encoding (a judge's JSON
+    is nearly all such tokens), so its byte values are not converted one by one."""
+    text, raw = token.token, token.raw
+    if isinstance(raw, bytes):
+        return raw
+    if text and text.isascii() and isinstance(raw, (list, tuple)) and len(raw) == len(text):
+        return text.encode()
     return _raw_bytes(raw)
 
 
@@ -159,15 +182,21 @@ class AnswerTokens:
     Offsets are rebuilt from the tokens' bytes when every token has them, else
     from their strings (exact for the ASCII JSON a judge writes)."""
 
-    def __init__(self, tokens: tuple[TokenLogprob, ...]) -> None:
+    def __init__(self, tokens: Sequence[AnswerToken]) -> None:
         self.tokens = tokens
-        exact = all(t.raw is not None for t in tokens)
-        pieces = [t.raw if exact else t.token.encode() for t in tokens]  # type: ignore[misc]
-        self._data = b"".join(pieces)
-        self._starts, at = [], 0
-        for piece in pieces:
-            self._starts.append(at)
-            at += len(piece)
+        texts = [t.token for t in tokens]
+        text, lengths = "".join(texts), list(map(len, texts))
+        if text.isascii() and _as_many_bytes(tokens, lengths):
+            # Nearly every answer: each token is its own encoding, whether or
+            # not its bytes were sent, so nothing is converted token by token.
+            self._data = text.encode()
+        else:
+            sent = [token_bytes(t) for t in tokens]
+            exact = all(piece is not None for piece in sent)
+            pieces = [piece if exact else t.token.encode()  # type: ignore[misc]
+                      for piece, t in zip(sent, tokens)]
+            self._data, lengths = b"".join(pieces), list(map(len, pieces))
+        self._starts = list(itertools.accumulate(lengths, initial=0))[:-1]
         # surrogateescape: a stray byte keeps its place, so offsets stay exact.
         self.text = self._data.decode("utf-8", "surrogateescape")
         self._object = _object_start(self.text)
@@ -211,6 +240,14 @@ class AnswerTokens:
             elif not before.strip(_SPACE_QUOTES):  # only spacing differs: still this value
                 out.append((text, logprob))
         return out
+
+
+def _as_many_bytes(tokens: Sequence[AnswerToken], lengths: list[int]) -> bool:
+    """Whether every token that came with its bytes has one per character."""
+    raws = [t.raw for t in tokens]
+    if None not in raws:
+        return list(map(len, raws)) == lengths
+    return [length if raw is None else len(raw) for raw, length in zip(raws, lengths)] == lengths
 
 
 def _lead(text: str) -> str | None:

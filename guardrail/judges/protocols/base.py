@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from ...errors import JudgeAnswerError
 from ...models import Case, MetricRubric
-from ..probability import TokenLogprob
+from ..probability import AnswerToken
 
 __all__ = ["GuardAnswerError", "GuardCoverageError", "GuardCategory", "GuardVerdict",
            "GuardRequest", "GuardInput", "GuardProtocol", "Label", "final_answer", "excerpt",
@@ -185,7 +185,7 @@ class GuardProtocol:
                 criteria: str | None = None) -> GuardRequest:
         raise NotImplementedError
 
-    def parse(self, text: Any, tokens: Sequence[TokenLogprob] | None = None,
+    def parse(self, text: Any, tokens: Sequence[AnswerToken] | None = None,
               catalog: Mapping[str, str] | None = None) -> GuardVerdict:
         raise NotImplementedError
 

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...models import MetricRubric
-from ..probability import TokenLogprob
+from ..probability import AnswerToken
 from .base import (GuardAnswerError, GuardCategory, GuardInput, GuardProtocol, GuardRequest,
                    GuardVerdict, excerpt)
 from .tokens import class_probabilities
@@ -67,7 +67,7 @@ class LlamaGuard(GuardProtocol):
                  if self.excluded_categories else None)
         return GuardRequest(messages=source.turns, extra_body=extra)
 
-    def parse(self, text: Any, tokens: Sequence[TokenLogprob] | None = None,
+    def parse(self, text: Any, tokens: Sequence[AnswerToken] | None = None,
               catalog: Mapping[str, str] | None = None) -> GuardVerdict:
         if not isinstance(text, str) or not text.strip():
             raise GuardAnswerError("llama_guard guard returned an empty answer")

@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from ...models import MetricRubric
-from ..probability import TokenLogprob
+from ..probability import AnswerToken
 from .base import (GuardAnswerError, GuardCategory, GuardInput, GuardProtocol, GuardRequest,
                    GuardVerdict, excerpt)
 
@@ -58,7 +58,7 @@ class Moderation(GuardProtocol):
                 criteria: str | None = None) -> GuardRequest:
         return GuardRequest(messages=({"role": "user", "content": source.judged},))
 
-    def parse(self, text: Any, tokens: Sequence[TokenLogprob] | None = None,
+    def parse(self, text: Any, tokens: Sequence[AnswerToken] | None = None,
               catalog: Mapping[str, str] | None = None) -> GuardVerdict:
         result = _result(text)
         scores = _scores(result.get("category_scores"), text)

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ...models import MetricRubric
-from ..probability import TokenLogprob, locate_value
+from ..probability import AnswerToken, locate_value
 from .base import (GuardAnswerError, GuardCategory, GuardInput, GuardProtocol, GuardRequest,
                    GuardVerdict, excerpt, final_answer)
 from .tokens import class_probabilities
@@ -80,7 +80,7 @@ class Policy(GuardProtocol):
         return GuardRequest(messages=({"role": "system", "content": system},
                                       {"role": "user", "content": content}))
 
-    def parse(self, text: Any, tokens: Sequence[TokenLogprob] | None = None,
+    def parse(self, text: Any, tokens: Sequence[AnswerToken] | None = None,
               catalog: Mapping[str, str] | None = None) -> GuardVerdict:
         final, start = final_answer(text, self.name)
         body = final.strip()
@@ -108,7 +108,7 @@ def _json_object(body: str, text: str) -> dict[str, Any]:
     return data
 
 
-def _json_verdict(data: dict[str, Any], body: str, tokens: Sequence[TokenLogprob] | None,
+def _json_verdict(data: dict[str, Any], body: str, tokens: Sequence[AnswerToken] | None,
                   text: str, lead: int) -> GuardVerdict:
     violation = data.get("violation")
     if violation not in (0, 1) or isinstance(violation, float):

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...models import MetricRubric
-from ..probability import TokenLogprob
+from ..probability import AnswerToken
 from .base import (GuardAnswerError, GuardCategory, GuardInput, GuardProtocol, GuardRequest,
                    GuardVerdict, Label, excerpt)
 from .tokens import class_probabilities
@@ -51,7 +51,7 @@ class Qwen3Guard(GuardProtocol):
                 criteria: str | None = None) -> GuardRequest:
         return GuardRequest(messages=source.turns)
 
-    def parse(self, text: Any, tokens: Sequence[TokenLogprob] | None = None,
+    def parse(self, text: Any, tokens: Sequence[AnswerToken] | None = None,
               catalog: Mapping[str, str] | None = None) -> GuardVerdict:
         if not isinstance(text, str) or not text.strip():
             raise GuardAnswerError("qwen3guard guard returned an empty answer")

@@ -24,14 +24,14 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-from ..probability import TokenLogprob, top_pairs
+from ..probability import AnswerToken, top_pairs
 
 __all__ = ["class_probabilities"]
 
 _LEAD = re.compile(r"[\s\"'`:*_<>]*([A-Za-z]+|[0-9]+)")
 
 
-def class_probabilities(tokens: Sequence[TokenLogprob] | None, answer: str, offset: int,
+def class_probabilities(tokens: Sequence[AnswerToken] | None, answer: str, offset: int,
                         classes: Mapping[str, str]) -> dict[str, float] | None:
     """P of each class at the token covering ``answer[offset]`` (``classes``:
     label → the word the card answers), normalised over the classes seen."""
@@ -56,7 +56,7 @@ def class_probabilities(tokens: Sequence[TokenLogprob] | None, answer: str, offs
     return {label: p / total for label, p in mass.items()} if total > 0 else None
 
 
-def _alternatives(token: TokenLogprob, before: str) -> list[tuple[str, float]]:
+def _alternatives(token: AnswerToken, before: str) -> list[tuple[str, float]]:
     """The token's alternatives (the sampled one too) with the text that precedes
     the verdict inside the token removed; spacing-only differences still count."""
     top = top_pairs(token.top)

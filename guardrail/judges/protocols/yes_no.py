@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ...models import MetricRubric
-from ..probability import TokenLogprob
+from ..probability import AnswerToken
 from .base import (GuardAnswerError, GuardCategory, GuardInput, GuardProtocol, GuardRequest,
                    GuardVerdict, excerpt, final_answer, rubric_definition)
 from .tokens import class_probabilities
@@ -111,7 +111,7 @@ class YesNo(GuardProtocol):
             config = {"risk_name": name, "risk_definition": definition}
         return {"guardian_config": config}
 
-    def parse(self, text: Any, tokens: Sequence[TokenLogprob] | None = None,
+    def parse(self, text: Any, tokens: Sequence[AnswerToken] | None = None,
               catalog: Mapping[str, str] | None = None) -> GuardVerdict:
         body, start = final_answer(text, self.name)
         scores = list(_SCORE.finditer(body))
