@@ -26,20 +26,26 @@ import orjson
 from common import JudgeProc
 
 from guardrail.judges.http1 import HTTP1Client
-from guardrail.judges.probability import TOP_LOGPROBS
+from guardrail.judges.transports import chat_body
 from guardrail.models import Case
+from guardrail.parsing import group_response_schema
 from guardrail.prompts import render_group_prompt
 from guardrail.rubrics import default_metrics
+from guardrail.settings import load_settings
 
 TEXT = "Here is a helpful, polite answer number 5 to your question."
 
 
-def request_body() -> bytes:
-    """One message's judge request, as the worker's direct HTTP transport sends it."""
-    prompt = render_group_prompt(list(default_metrics()), Case(output=TEXT),
+def request_body(text: str = TEXT) -> bytes:
+    """One message's judge request, as the worker's direct HTTP transport sends
+    it: both metrics in one call, their answers' schema, log-probabilities."""
+    prompt = render_group_prompt(list(default_metrics()), Case(output=text),
                                  scoring_mode="binary_yes_no", include_reasoning=False)
-    return orjson.dumps({"model": "test-judge", "messages": prompt.messages, "temperature": 0,
-                         "max_tokens": 300, "logprobs": True, "top_logprobs": TOP_LOGPROBS})
+    settings = load_settings(environ={"GUARDRAIL_JUDGE_MODEL": "openai/test-judge"}).judge
+    schema = group_response_schema(prompt.metrics, "binary_yes_no", False)
+    # A several-metric call may write each metric's answer: max_tokens per metric.
+    return orjson.dumps(chat_body(settings, list(prompt.messages), schema,
+                                  settings.max_tokens * len(prompt.metrics), logprobs=True))
 
 
 async def drive(api_base: str, seconds: float, clients: int, kind: str) -> dict[str, float]:

@@ -50,7 +50,8 @@ def raw_messages(n: int) -> list[RawMessage]:
             for i, (key, value, _) in enumerate(cases(n, prefix="cpu"))]
 
 
-def _settings(api_base: str) -> Settings:
+def judging_settings(api_base: str) -> Settings:
+    """The worker's settings against the bench judge at ``api_base`` (direct HTTP path)."""
     return load_settings(environ={**os.environ, "GUARDRAIL_JUDGE_MODEL": "openai/test-judge",
                                   "GUARDRAIL_JUDGE_API_BASE": api_base,
                                   "GUARDRAIL_JUDGE_API_KEY": "bench"})
@@ -68,7 +69,7 @@ async def _timed(n: int, run: Callable[[], Awaitable[None]]) -> dict[str, float]
 
 
 async def measure(api_base: str, n: int) -> dict[str, float]:
-    settings = _settings(api_base)
+    settings = judging_settings(api_base)
     evaluator = build_evaluator(settings)
     judge = MessageJudge.from_settings(evaluator, settings)
     messages = raw_messages(WARM_UP + n)
@@ -88,7 +89,7 @@ async def measure(api_base: str, n: int) -> dict[str, float]:
 
 
 async def measure_cached(api_base: str, n: int) -> dict[str, float]:
-    settings = _settings(api_base)
+    settings = judging_settings(api_base)
     evaluator = build_evaluator(settings)
     evaluator.cache = BatchedCache(MemoryCache(max_entries=4 * n))
     judge = replay._BatchJudge.from_settings(evaluator, settings, emit_judgments=False,
