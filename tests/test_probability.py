@@ -134,6 +134,16 @@ def test_locate_value_takes_the_last_of_a_repeated_key_as_json_does():
     assert nested[locate_value(nested, ("b", "verdict")):].startswith('"UNSAFE"')
 
 
+def test_an_answer_reads_the_last_of_a_repeated_metric_and_a_bare_object_amid_spaces():
+    # json.loads keeps the last "toxicity"; the answer's object starts after the spaces.
+    tokens = _tokens('\n  {"toxicity": {"verdict": "SAFE"}, "toxicity": {"verdict": "',
+                     ("UN", LLAMA_TOP), 'SAFE"}, "bias": "none"}  \n')
+    answer = AnswerTokens(tokens)
+    assert answer.reading("binary_yes_no", metric="toxicity").unsafe == pytest.approx(_p_llama())
+    assert answer.reading("binary_yes_no", metric="bias").unsafe is None  # not an object
+    assert answer.reading("binary_yes_no").unsafe is None  # no top-level verdict
+
+
 # --- the verdict from P(UNSAFE) and the threshold ------------------------------
 
 def _sampled(verdict="UNSAFE", p=0.7, severity=None, probs=None, reasoning=None):

@@ -199,14 +199,18 @@ class AnswerTokens:
         self._starts = list(itertools.accumulate(lengths, initial=0))[:-1]
         # surrogateescape: a stray byte keeps its place, so offsets stay exact.
         self.text = self._data.decode("utf-8", "surrogateescape")
+        self._ascii = self.text.isascii()  # then a character's offset is its byte's
         self._object = _object_start(self.text)
+        #: The members of each object read so far, by its offset: a
+        #: several-metric answer is read once per metric.
+        self._objects: dict[int, dict[str, int]] = {}
 
     def reading(self, scoring_mode: str, metric: str | None = None) -> Reading:
         """P(UNSAFE) at the answer's verdict, or at ``metric``'s entry of a
         several-metric answer. ``Reading(None)`` when it cannot be read."""
         key = "severity" if scoring_mode == "scale_1_5" else "verdict"
         path = (metric, key) if metric is not None else (key,)
-        at = locate_value(self.text, path, start=self._object)
+        at = self._locate(path)
         # A verdict is a string, a severity a bare number: anything else is not ours.
         if at is None or (key == "verdict") != (self.text[at] == '"'):
             return Reading(None)
@@ -218,11 +222,26 @@ class AnswerTokens:
             return _severity_reading(alternatives)
         return Reading(_unsafe_share(alternatives))
 
+    def _locate(self, path: tuple[str, ...]) -> int | None:
+        """:func:`locate_value` in this answer, each object's members read once."""
+        at = self._object
+        try:
+            for key in path:
+                if at is None or self.text[at] != "{":
+                    return None
+                members = self._objects.get(at)
+                if members is None:
+                    members = self._objects[at] = _members(self.text, at)
+                at = members.get(key)
+        except (IndexError, ValueError):  # not the JSON it parsed as: say nothing
+            return None
+        return at
+
     def _alternatives(self, char: int) -> list[tuple[str, float]] | None:
         """The alternatives of the token covering character ``char``, each
         with that token's text before ``char`` removed (a token may begin
         with the quote or the space before the value)."""
-        at = len(self.text[:char].encode("utf-8", "surrogateescape"))
+        at = char if self._ascii else len(self.text[:char].encode("utf-8", "surrogateescape"))
         index = bisect.bisect_right(self._starts, at) - 1
         if index < 0:
             return None
@@ -296,6 +315,13 @@ def locate_value(text: str, path: tuple[str, ...], *, start: int | None = -1) ->
 
 def _object_start(text: str) -> int | None:
     """Where the JSON object the parser reads (bare, fenced or amid prose) begins."""
+    lead = len(text) - len(text.lstrip())
+    if text.startswith("{", lead):  # a bare object, where the parser looks first
+        try:
+            if isinstance(json.loads(text), dict):
+                return lead
+        except ValueError:
+            pass
     try:
         data = extract_json_object(text)
     except JudgeAnswerError:
@@ -319,9 +345,20 @@ def _skip(text: str, i: int) -> int:
 def _member(text: str, start: int, path: tuple[str, ...]) -> int | None:
     """Offset of the value at ``path`` inside the object at ``start`` (the last
     occurrence of a repeated key, as ``json.loads`` keeps), or None."""
-    found, i = None, _skip(text, start + 1)
+    at = _members(text, start).get(path[0])
+    if at is None or len(path) == 1:
+        return at
+    return _member(text, at, path[1:]) if text[at] == "{" else None
+
+
+def _members(text: str, start: int) -> dict[str, int]:
+    """Each key of the object at ``start`` and where its value begins (a
+    repeated key: its last occurrence). Raises ValueError or IndexError on
+    what is not a JSON object."""
+    found: dict[str, int] = {}
+    i = _skip(text, start + 1)
     if text[i] == "}":
-        return None
+        return found
     while True:
         if text[i] != '"':
             raise ValueError("expected a key")
@@ -329,10 +366,7 @@ def _member(text: str, start: int, path: tuple[str, ...]) -> int | None:
         i = _skip(text, i)
         if text[i] != ":":
             raise ValueError("expected ':'")
-        i = _skip(text, i + 1)
-        if key == path[0]:
-            found = i if len(path) == 1 else (
-                _member(text, i, path[1:]) if text[i] == "{" else None)
+        found[key] = i = _skip(text, i + 1)
         _, i = _DECODER.raw_decode(text, i)
         i = _skip(text, i)
         if text[i] != ",":
