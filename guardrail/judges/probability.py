@@ -210,7 +210,7 @@ class AnswerTokens:
         several-metric answer. ``Reading(None)`` when it cannot be read."""
         key = "severity" if scoring_mode == "scale_1_5" else "verdict"
         path = (metric, key) if metric is not None else (key,)
-        at = self._locate(path)
+        at = locate_value(self.text, path, start=self._object, objects=self._objects)
         # A verdict is a string, a severity a bare number: anything else is not ours.
         if at is None or (key == "verdict") != (self.text[at] == '"'):
             return Reading(None)
@@ -221,21 +221,6 @@ class AnswerTokens:
         if key == "severity":
             return _severity_reading(alternatives)
         return Reading(_unsafe_share(alternatives))
-
-    def _locate(self, path: tuple[str, ...]) -> int | None:
-        """:func:`locate_value` in this answer, each object's members read once."""
-        at = self._object
-        try:
-            for key in path:
-                if at is None or self.text[at] != "{":
-                    return None
-                members = self._objects.get(at)
-                if members is None:
-                    members = self._objects[at] = _members(self.text, at)
-                at = members.get(key)
-        except (IndexError, ValueError):  # not the JSON it parsed as: say nothing
-            return None
-        return at
 
     def _alternatives(self, char: int) -> list[tuple[str, float]] | None:
         """The alternatives of the token covering character ``char``, each
@@ -300,15 +285,18 @@ def _severity_reading(alternatives: list[tuple[str, float]]) -> Reading:
     return Reading(probs[3] + probs[4] + probs[5], probs)
 
 
-def locate_value(text: str, path: tuple[str, ...], *, start: int | None = -1) -> int | None:
+def locate_value(text: str, path: tuple[str, ...], *, start: int | None = -1,
+                 objects: dict[int, dict[str, int]] | None = None) -> int | None:
     """Where the value at ``path`` begins in the JSON object of an answer
     (``("verdict",)``, or ``("toxicity", "verdict")`` in a several-metric
-    answer); None when it has none. ``start``: the object's offset, if known."""
+    answer); None when it has none. ``start``: the object's offset, if known;
+    ``objects``: the members of the objects read so far, by offset, kept
+    between calls on one text (filled as they are read)."""
     start = _object_start(text) if start == -1 else start
     if start is None:
         return None
     try:
-        return _member(text, start, path)
+        return _member(text, start, path, {} if objects is None else objects)
     except (IndexError, ValueError):  # not the JSON it parsed as: say nothing
         return None
 
@@ -342,13 +330,18 @@ def _skip(text: str, i: int) -> int:
     return i
 
 
-def _member(text: str, start: int, path: tuple[str, ...]) -> int | None:
+def _member(text: str, start: int, path: tuple[str, ...],
+            objects: dict[int, dict[str, int]]) -> int | None:
     """Offset of the value at ``path`` inside the object at ``start`` (the last
-    occurrence of a repeated key, as ``json.loads`` keeps), or None."""
-    at = _members(text, start).get(path[0])
+    occurrence of a repeated key, as ``json.loads`` keeps), or None; each
+    object's members read once into ``objects``."""
+    members = objects.get(start)
+    if members is None:
+        members = objects[start] = _members(text, start)
+    at = members.get(path[0])
     if at is None or len(path) == 1:
         return at
-    return _member(text, at, path[1:]) if text[at] == "{" else None
+    return _member(text, at, path[1:], objects) if text[at] == "{" else None
 
 
 def _members(text: str, start: int) -> dict[str, int]:
