@@ -20,6 +20,11 @@ Experiments (comma-separate to combine):
   the judgment events costs).
 - ``litellm_at_start``: the start before prices were read from the bundled map:
   litellm imported in a thread once the worker is up (for ``bench/first_result.py``).
+- ``local_runs``: agent runs assembled in memory where their spans are read,
+  with no run-spans topic, table, ticks or done records (the design the
+  performance page names as the only way to the runs target). Nothing in it
+  is durable: no held commit, no record of judged runs, no rebalance handling,
+  so it is that design's best case, not a way to run (for ``bench/agent_runs.py``).
 """
 
 from __future__ import annotations
@@ -223,7 +228,83 @@ def producer_buffer() -> None:
     ProducerBuffer.max_messages = 2_000
 
 
-EXPERIMENTS = {"producer_buffer": producer_buffer, "uvloop": uvloop_loop, "gc_time": gc_time, "gc_relaxed": gc_relaxed, "stub_judge": stub_judge, "litellm": via_litellm,
+def local_runs() -> None:
+    """Runs gathered in the judging agent's process: each span the decoder routes
+    to a run goes into an in-memory :class:`RunGathering` instead of the
+    run-spans topic; a timer judges due runs and publishes their results."""
+    import guardrail.agents.app as worker_app
+    from guardrail.stream.processing import MessageJudge
+
+    gathered: dict[str, Any] = {}
+
+    def keep_spans(self: Any, raw: Any, decoded: Any) -> list[Any]:
+        if decoded.run_spans and "runs" in gathered:
+            gathered["runs"].add_spans(decoded.run_spans)
+        return []
+
+    def register(runtime: Any) -> None:
+        gathered["runs"] = _LocalRuns(runtime)
+
+    MessageJudge._forward_run_spans = keep_spans  # type: ignore[method-assign]
+    worker_app.run_assembly.register = register  # type: ignore[assignment]
+
+
+class _LocalRuns:
+    """The in-memory assembly of ``local_runs``, swept every second."""
+
+    def __init__(self, runtime: Any) -> None:
+        from guardrail.agents.judging import output_topics, publish_records
+        from guardrail.agents.run_assembly import assembled_judge
+        from guardrail.runs.gathering import RunGathering
+
+        self.gathering = RunGathering(runtime.settings.runs, runtime.telemetry)
+        self.judge = assembled_judge(runtime)
+        self.spans: dict[str, list[Any]] = {}
+        self.named = 0
+        topics = output_topics(runtime, self.judge)
+
+        @runtime.app.timer(1.0)
+        async def sweep() -> None:
+            due = self.due()
+            if due:
+                await publish_records(topics, await self.judge.process(due))
+
+    def add_spans(self, spans: list[Any]) -> None:
+        from guardrail.stream.event_time import now_ms
+
+        g, now = self.gathering, now_ms()
+        for span in spans:
+            header = g.book.headers.get(span.trace_id)
+            if header is None:
+                header = g.book.headers[span.trace_id] = g.new_header(span.trace_id, now_ms=now)
+            # A rough size: the memory cap is far away at the benchmark's scale.
+            if g.add(header, span, now_ms=now, size=len(span.output or "") + 200) == "added":
+                self.spans.setdefault(span.trace_id, []).append(span)
+
+    def due(self) -> list[Any]:
+        import orjson
+
+        from guardrail.stream.envelope import Source
+        from guardrail.stream.event_time import now_ms
+        from guardrail.stream.processing import RawMessage
+
+        # Closed runs stay in the book (late spans are counted, as in the table);
+        # a benchmark's few thousand cost the sweep nothing worth measuring.
+        g, now, cases = self.gathering, now_ms(), []
+        for key, header in list(g.book.headers.items()):
+            status = g.due(header, now_ms=now) if header.state == "open" else None
+            if status is None:
+                continue
+            header.state, header.status = "closing", status
+            case = g.case(key, header, self.spans.pop(key, []))
+            g.finish(key, header, now_ms=now)
+            self.named += 1
+            cases.append(RawMessage(value=orjson.dumps(case), source=Source(
+                "local-runs", 0, self.named, timestamp_ms=now, key=key.encode())))
+        return cases
+
+
+EXPERIMENTS = {"local_runs": local_runs, "producer_buffer": producer_buffer, "uvloop": uvloop_loop, "gc_time": gc_time, "gc_relaxed": gc_relaxed, "stub_judge": stub_judge, "litellm": via_litellm,
                "faust_fetch_wait": faust_fetch_wait, "no_windows": no_windows,
                "litellm_at_start": litellm_at_start,
                "tracemalloc": trace_memory, "objects": count_objects}
