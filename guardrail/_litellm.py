@@ -13,6 +13,7 @@ import os
 from types import ModuleType
 
 from ._price_map import linear_prices, price_entry
+from ._tokens import count_openai_chat_tokens
 
 __all__ = ["litellm", "price_tokens", "count_message_tokens", "cached_input_price",
            "max_input_tokens"]
@@ -135,5 +136,9 @@ def max_input_tokens(model: str) -> int | None:
 
 
 def count_message_tokens(model: str, messages: list[dict[str, str]]) -> int:
-    """Prompt tokens as litellm counts them (its tokenizer for known models)."""
+    """Prompt tokens: OpenAI chat models' counted exactly with tiktoken, without
+    importing litellm (:mod:`._tokens`); other models' as litellm counts them."""
+    tokens = count_openai_chat_tokens(model, messages)
+    if tokens is not None:
+        return tokens
     return int(litellm().token_counter(model=model, messages=messages))
