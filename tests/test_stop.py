@@ -2,6 +2,8 @@
 loses nothing: after a restart every input has one result and the windows are
 exact (the fault suite's checks)."""
 
+import pprint
+
 import pytest
 from support.faults import stop_scenario
 
@@ -26,14 +28,16 @@ def test_sigterm_stops_within_5s_and_loses_nothing(state, kafka_bootstrap, judge
     # What the consumer did about offsets, for a window count that comes short.
     shown["reads_again"] = [line[-160:] for line in figures["logs"].splitlines()
                             if "reading again" in line or "committed offset" in line]
-    assert figures["in_state"], (shown, figures["logs"][-3000:])
-    assert figures["exit_code"] == 0 and figures["stop_seconds"] <= 5.0, \
-        (shown, figures["logs"][-3000:])
-    assert figures["tracebacks"] == 0, figures["logs"][-5000:]
-    assert figures["finished"] and figures["unexpected"] == 0 and figures["duplicates"] == 0, shown
+    # A string, not a tuple: pytest cuts a non-string message to one line, which
+    # left a rare failure (14 duplicates after a stop in the budget state, once
+    # on Apache Kafka in a fresh-clone run) with nothing to read but its count.
+    why = pprint.pformat(shown, width=100) + "\n--- worker logs, end ---\n" + figures["logs"][-6000:]
+    assert figures["in_state"], why
+    assert figures["exit_code"] == 0 and figures["stop_seconds"] <= 5.0, why
+    assert figures["tracebacks"] == 0, why
+    assert figures["finished"] and figures["unexpected"] == 0 and figures["duplicates"] == 0, why
     if state != "budget":  # every input judged: one result each (else some are not sampled)
-        assert figures["lost"] == 0 and figures["unique"] == figures["produced"], shown
+        assert figures["lost"] == 0 and figures["unique"] == figures["produced"], why
     # Every input counted once per metric in the windows, judged or not sampled.
-    assert figures["window_seen"] == figures["unique_judgments"] == 2 * figures["produced"], \
-        (shown["reads_again"], shown)
-    assert figures["window_total"] == figures["unique_judged"], shown
+    assert figures["window_seen"] == figures["unique_judgments"] == 2 * figures["produced"], why
+    assert figures["window_total"] == figures["unique_judged"], why
