@@ -518,3 +518,43 @@ def test_a_record_never_acked_keeps_done_below_at_it_after_the_ones_behind():
     assert consumer.done_below(tp) == 100
     _processed(consumer, tp, 100)
     assert consumer.done_below(tp) == 111
+
+
+async def _stop_commit_meeting_a_periodic_one(consumer, tp, stop_commit):
+    """A periodic commit takes its offsets (100..104 acked) and is in flight
+    when the drain acks 105..109 and the stop commits: what reached the broker."""
+    committed, release = [], asyncio.Event()
+
+    async def commit(offsets):
+        committed.append(dict(offsets))
+        if len(committed) == 1:
+            await release.wait()  # the periodic commit's round trip
+        return True
+
+    async def flush():
+        pass
+
+    consumer._thread.commit = commit
+    consumer.assignment = lambda: {tp}
+    consumer.app.producer.flush = flush
+    _processed(consumer, tp, *range(100, 105))
+    periodic = asyncio.ensure_future(consumer.commit())
+    await asyncio.sleep(0)  # it has taken its offsets and waits on the broker
+    _processed(consumer, tp, *range(105, 110))
+    stopping = asyncio.ensure_future(stop_commit())
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(periodic, stopping)
+    return [offsets[tp] for offsets in committed]
+
+
+async def test_the_stops_commit_is_made_after_a_periodic_one_in_flight():
+    consumer, tp = _chain_consumer("stop-commit")
+    assert await _stop_commit_meeting_a_periodic_one(
+        consumer, tp, consumer.commit_and_end_transactions) == [105, 110]
+    # Faust's own stop commit waits for the periodic one and commits nothing
+    # more: a restart would judge 105..109 again.
+    faust_consumer, tp = _chain_consumer("stop-commit-faust")
+    assert await _stop_commit_meeting_a_periodic_one(
+        faust_consumer, tp, lambda: FaustConsumer.commit_and_end_transactions(faust_consumer)
+    ) == [105]

@@ -174,6 +174,19 @@ class ProcessedOnlyConsumer(LostRecordChecks, faust_aiokafka.Consumer):
         self._base[tp] = run[-1] + 1
         return run[-1] + 1
 
+    async def commit_and_end_transactions(self) -> None:
+        """The stop's last commit, made even when another commit is under way.
+
+        Faust's ``commit()`` waits for a commit in progress and then returns
+        without committing. The periodic one may have taken its offsets before
+        the agents' last acks of the drain, so a stop that met it committed
+        none of those: the restart judged them again (duplicate results).
+        Once no commit is in progress, committing starts without a pause, so
+        none can slip in between."""
+        while await self.maybe_wait_for_commit_to_finish():
+            pass
+        await self.commit(start_new_transaction=False)
+
     async def on_partitions_revoked(self, revoked: Any) -> None:
         # Faust forgets the revoked partitions' acks, then runs the app's revoke
         # phase, in which the agents finish and ack what they hold and Faust
