@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["price_entry", "linear_prices", "MAP_FILE"]
+__all__ = ["price_entry", "linear_prices", "litellm_package_dir", "MAP_FILE"]
 
 #: The file litellm reads its prices from when it does not fetch them.
 MAP_FILE = "model_prices_and_context_window_backup.json"
@@ -37,17 +37,25 @@ MAP_FILE = "model_prices_and_context_window_backup.json"
 _NON_LINEAR_MARKERS = ("_above_", "_cache_hit", "dbu_", "_per_second", "_per_character")
 
 
+def litellm_package_dir() -> Path | None:
+    """litellm's package folder, found without running its import; None if absent."""
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(spec.submodule_search_locations[0])
+
+
 @functools.cache
 def _bundled_map() -> dict[str, Any] | None:
     """The bundled map, or None when litellm would not use it (told to fetch
     its map, or not installed, or the file is unreadable)."""
     if os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "True").lower() != "true":
         return None
-    spec = importlib.util.find_spec("litellm")  # finds the package without running it
-    if spec is None or not spec.submodule_search_locations:
+    package = litellm_package_dir()
+    if package is None:
         return None
     try:
-        data = orjson.loads((Path(spec.submodule_search_locations[0]) / MAP_FILE).read_bytes())
+        data = orjson.loads((package / MAP_FILE).read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None

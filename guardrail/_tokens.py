@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import os
-from pathlib import Path
 from typing import Any
 
-from ._price_map import price_entry
+from ._price_map import litellm_package_dir, price_entry
 
 __all__ = ["chat_encoding_name", "count_openai_chat_tokens"]
 
@@ -79,10 +77,10 @@ def _encoding(name: str) -> Any:
     copy (tiktoken would fetch it over the network) or is told to use another."""
     if os.environ.get("CUSTOM_TIKTOKEN_CACHE_DIR"):
         return None
-    spec = importlib.util.find_spec("litellm")  # finds the package without running it
-    if spec is None or not spec.submodule_search_locations:
+    package = litellm_package_dir()
+    if package is None:
         return None
-    bundled = Path(spec.submodule_search_locations[0]) / "litellm_core_utils" / "tokenizers"
+    bundled = package / "litellm_core_utils" / "tokenizers"
     cache_key = hashlib.sha1(_ENCODING_URL.format(name).encode()).hexdigest()
     if not (bundled / cache_key).is_file():
         return None
