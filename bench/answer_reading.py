@@ -31,11 +31,11 @@ from typing import Any
 from common import JudgeProc
 from judging_cpu import judging_settings
 
-from guardrail.evaluate import build_evaluator
+from guardrail.judging.evaluate import build_evaluator
 from guardrail.judges import transports
 from guardrail.judges.answers import decode_completion
-from guardrail.judges.probability import AnswerTokens
-from guardrail.models import Case
+from guardrail.judging.probability import AnswerTokens
+from guardrail.judging.models import Case
 
 METRICS = ("bias", "toxicity")
 SAFE_TEXT = "Here is a helpful, polite answer to your question."

@@ -8,7 +8,7 @@ expired window cells, stamped over two days that end three hours ago (far
 beyond ``live_horizon_seconds(300, 3600)`` = 4020 s) with window starts that
 match their stamps, then ``--live`` cells of the current 300 s window
 (``--live / 2`` groups x 2 metrics), stamped now. Keys and values are what
-Faust writes (``guardrail/kafka/window_cells.py``): key
+Faust writes (``guardrail/agents/window_cells.py``): key
 ``["toxicity|model=m,model_version=v7,prompt_version=-",[start,start+299.9]]``,
 value ``WindowCounts.as_dict()`` as compact JSON. Each cell goes to a
 partition fixed by its window key, records of a partition in time order.
@@ -95,7 +95,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from common import (BROKERS, PY, JudgeProc, broker_label, meta, new_env, running_broker,
                     write_json)
 
-from guardrail.kafka.window_cells import changelog_topic, live_horizon_seconds
+from guardrail.agents.window_cells import changelog_topic, live_horizon_seconds
 from guardrail.stream.alerts import WindowCounts
 from guardrail.stream.envelope import utc_iso
 
@@ -329,7 +329,7 @@ def run(bootstrap: str | None, *, expired: int, live: int, partitions: int,
 
 async def _create(env: Any, topic: str, partitions: int) -> None:
     from guardrail.kafka.topics import ensure_topics
-    from guardrail.settings import load_settings
+    from guardrail.config.settings import load_settings
 
     settings = load_settings(environ=env.env)
     await ensure_topics(settings.kafka, {topic: partitions}, compacted=frozenset({topic}))

@@ -38,7 +38,7 @@ from cpu_sampler import cpu_seconds  # noqa: E402
 
 from guardrail.kafka.broker import EmbeddedBroker, free_port  # noqa: E402
 from guardrail.kafka.topics import ensure_topics  # noqa: E402
-from guardrail.settings import load_settings  # noqa: E402
+from guardrail.config.settings import load_settings  # noqa: E402
 from tests.support.harness import StreamEnv, produce  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent

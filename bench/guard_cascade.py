@@ -45,13 +45,13 @@ import litellm
 import orjson
 from common import meta, write_json
 
-from guardrail._litellm import price_tokens
+from guardrail.providers.litellm import price_tokens
 from guardrail.judges.cascade import escalation_judge_settings
-from guardrail.evaluate import build_evaluator
+from guardrail.judging.evaluate import build_evaluator
 from guardrail.judges.llm import LLMJudge
 from guardrail.judges import GuardJudge, make_guard_transport
 from guardrail.local.rule_judge import DEFAULT_TRIGGERS, JudgeServer
-from guardrail.settings import Settings, load_settings
+from guardrail.config.settings import Settings, load_settings
 from guardrail.stream.envelope import Source
 from guardrail.stream.processing import MessageJudge, RawMessage
 from guardrail.judges.transports import Completion, make_transport

@@ -27,11 +27,11 @@ from common import JudgeProc
 
 from guardrail.judges.http1 import HTTP1Client
 from guardrail.judges.transports import chat_body
-from guardrail.models import Case
-from guardrail.parsing import group_response_schema
-from guardrail.prompts import render_group_prompt
-from guardrail.rubrics import default_metrics
-from guardrail.settings import load_settings
+from guardrail.judging.models import Case
+from guardrail.judging.parsing import group_response_schema
+from guardrail.judging.prompts import render_group_prompt
+from guardrail.judging.rubrics import default_metrics
+from guardrail.config.settings import load_settings
 
 TEXT = "Here is a helpful, polite answer number 5 to your question."
 

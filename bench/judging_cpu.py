@@ -15,7 +15,7 @@ comparable between two versions of the code run one after the other.
 (cProfile cannot run here: ``bench/profile.py`` shadows the module it imports.)
 
 ``--cached`` measures a replay's second pass instead: the replay's batch judge
-(``guardrail.kafka.replay``) over an in-memory cache that a first pass filled,
+(``guardrail.replay.backfill``) over an in-memory cache that a first pass filled,
 in batches of the replay's size, so every judgment is a hit and no judge is
 called. What it prints is the replay's own CPU per message, aiokafka's fetch
 and send aside (10,000 msgs/s on one core leaves 100 µs for all of it).
@@ -32,10 +32,10 @@ from collections.abc import Awaitable, Callable
 
 from common import JudgeProc, cases
 
-from guardrail.cache import BatchedCache, MemoryCache
-from guardrail.evaluate import build_evaluator
+from guardrail.judging.cache import BatchedCache, MemoryCache
+from guardrail.judging.evaluate import build_evaluator
 from guardrail.kafka import replay
-from guardrail.settings import Settings, load_settings
+from guardrail.config.settings import Settings, load_settings
 from guardrail.stream.envelope import Source
 from guardrail.stream.processing import MessageJudge, RawMessage
 

@@ -16,7 +16,7 @@ import signal
 import sys
 from typing import Any
 
-from guardrail.settings import Settings, load_settings
+from guardrail.config.settings import Settings, load_settings
 
 
 def faust_app(settings: Settings) -> Any:

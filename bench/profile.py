@@ -120,7 +120,7 @@ def summarize(path: Path, top: int = 15) -> dict[str, Any]:
 #: A judged message's parts, first match wins: (name, file prefixes one frame must start with).
 PARTS = (
     ("the judge's answer: decoding, log-probabilities, verdict tokens",
-     ("guardrail/judges/answers.py", "guardrail/judges/probability.py")),
+     ("guardrail/judges/answers.py", "guardrail/judging/probability.py")),
     ("the judge call's HTTP", ("guardrail/judges/http1.py", "aiohttp/")),
     ("the windows agent", ("guardrail/agents/windows.py",)),
     ("the rest of judging: prompt, scoring, result and judgment records",
@@ -133,11 +133,11 @@ PARTS = (
 #: until its run is judged; the sweep ticks; the run is judged and closed).
 RUN_PARTS = (
     ("judging (prompt, judge call, answer; a run's case)",
-     ("guardrail/evaluate.py", "guardrail/judges/")),
-    ("decoding OTLP and reading spans", ("guardrail/formats/", "guardrail/runs/span_reading.py",
+     ("guardrail/judging/evaluate.py", "guardrail/judges/")),
+    ("decoding OTLP and reading spans", ("guardrail/formats/", "guardrail/assembly/runs/span_reading.py",
                                          "guardrail/stream/envelope.py")),
     ("the assembler's own work (spans into the table, ticks, building the case)",
-     ("guardrail/agents/assembly.py", "guardrail/assembly.py", "guardrail/runs/")),
+     ("guardrail/agents/assembly.py", "guardrail/assembly/base.py", "guardrail/assembly/runs/")),
     ("producing through Faust and aiokafka (results, run spans, changelog, ticks, done)",
      ("faust/topics.py", "faust/tables/", "aiokafka/producer/", "guardrail/stream/item_bundles.py",
       "aiokafka/partitioner.py")),

@@ -25,7 +25,7 @@ precision and recall with their 95 % intervals, the observed unsafe rate, the
 corrected one with its interval (or the worker's note why there is none) and
 the truth's own rate. An extra row per metric, ``all``, pools both versions:
 computed here from the labels topic and the ``/rates`` counts with the
-product's own functions (:mod:`guardrail.review.agreement`), since the worker
+product's own functions (:mod:`guardrail.stream.agreement`), since the worker
 keeps one figure per group (model, model_version, prompt_version).
 
 ``--screenshot PATH`` saves ``/dashboard?refresh=0`` (its agreement panel and
@@ -58,7 +58,7 @@ from guardrail._processes import Child, guardrail_argv
 from guardrail.demo.runner import load_samples
 from guardrail.kafka.broker import EmbeddedBroker
 from guardrail.review import LabelRecord
-from guardrail.review.agreement import Confusion, corrected_rate
+from guardrail.stream.agreement import Confusion, corrected_rate
 from tests.support.harness import StreamEnv, consume, produce
 
 MODEL = "shop-assistant"

@@ -27,9 +27,9 @@ from session_prefix import session as synthetic_turns
 
 from guardrail.agents.assembly import BATCH, Assembler
 from guardrail.agents.session_assembly import session_turns_topic
-from guardrail.sessions import Turn
-from guardrail.sessions.gathering import SessionGathering
-from guardrail.settings import Settings
+from guardrail.assembly.sessions import Turn
+from guardrail.assembly.sessions.gathering import SessionGathering
+from guardrail.config.settings import Settings
 from guardrail.stream.telemetry import Telemetry
 from tests.support.assembly_records import Message
 from tests.support.harness import poll

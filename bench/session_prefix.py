@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import random
 
-from guardrail.sessions import Turn
-from guardrail.sessions.prefix import PrefixShare, session_prompts, shared_prefix
+from guardrail.assembly.sessions import Turn
+from guardrail.assembly.sessions.prefix import PrefixShare, session_prompts, shared_prefix
 
 WORDS = ("the account order invoice plan refund delivery weather schedule project report "
          "meeting budget code test server answer question because which would could please "

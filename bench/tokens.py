@@ -3,7 +3,7 @@
     python bench/tokens.py [--judge-calls per_message|per_metric|both]
 
 Input tokens are litellm's count (``token_counter``) of the real rendered
-prompts (``guardrail.estimate``: the exact system + user messages; one call
+prompts (``guardrail.batch.estimate``: the exact system + user messages; one call
 per message, or one per metric with ``judge_calls=per_metric``); output tokens
 are ``EXPECTED_OUTPUT_TOKENS`` per metric. "cacheable" is the static prefix of
 those input tokens (system text, rubrics with their examples, answer
@@ -30,12 +30,12 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from common import meta, print_table, row, write_json  # noqa: E402
-from guardrail._litellm import price_tokens  # noqa: E402
-from guardrail.estimate import OPENAI_MIN_CACHED_PROMPT, estimate_case  # noqa: E402
-from guardrail.evaluate import Evaluator  # noqa: E402
+from guardrail.providers.litellm import price_tokens  # noqa: E402
+from guardrail.batch.estimate import OPENAI_MIN_CACHED_PROMPT, estimate_case  # noqa: E402
+from guardrail.judging.evaluate import Evaluator  # noqa: E402
 from guardrail.judges.llm import LLMJudge  # noqa: E402
-from guardrail.models import Case, RedteamConfig  # noqa: E402
-from guardrail.settings import Settings  # noqa: E402
+from guardrail.judging.models import Case, RedteamConfig  # noqa: E402
+from guardrail.config.settings import Settings  # noqa: E402
 
 #: claude-3-5-haiku-20241022 is no longer in litellm's bundled map under
 #: ``anthropic/``; its successor is, so that is what is priced.

@@ -40,7 +40,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 def stub_judge() -> None:
     from guardrail.judges.llm import GroupReply, JudgeReply, LLMJudge, Usage
     from guardrail.local.rule_judge import make_verdict
-    from guardrail.parsing import parse_answer, parse_group_answer
+    from guardrail.judging.parsing import parse_answer, parse_group_answer
 
     def verdict(scoring_mode: str, include_reasoning: bool) -> dict[str, Any]:
         return make_verdict("SAFE", mode=scoring_mode,
@@ -199,7 +199,7 @@ def litellm_at_start() -> None:
     import asyncio
 
     import guardrail.agents
-    from guardrail._litellm import litellm
+    from guardrail.providers.litellm import litellm
 
     plain_run_worker = guardrail.agents.run_worker
 
@@ -255,7 +255,7 @@ class _LocalRuns:
     def __init__(self, runtime: Any) -> None:
         from guardrail.agents.judging import output_topics, publish_records
         from guardrail.agents.run_assembly import assembled_judge
-        from guardrail.runs.gathering import RunGathering
+        from guardrail.assembly.runs.gathering import RunGathering
 
         self.gathering = RunGathering(runtime.settings.runs, runtime.telemetry)
         self.judge = assembled_judge(runtime)

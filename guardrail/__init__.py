@@ -12,16 +12,16 @@ The judging core knows nothing about Kafka::
 The streaming worker lives in :mod:`guardrail.agents`.
 """
 
-from .cache import JudgmentCache, MemoryCache, SqliteCache
+from .judging.cache import JudgmentCache, MemoryCache, SqliteCache
 from .errors import (ConfigError, GuardrailError, InputError, JudgeAnswerError, JudgeError,
                      JudgeUnavailable, RubricError)
-from .evaluate import Evaluator, build_evaluator, open_cache, severity_to_score
+from .judging.evaluate import Evaluator, build_evaluator, open_cache, severity_to_score
 from .judges.llm import Judge, JudgeReply, LiteLLMJudge, LLMJudge, Usage
-from .models import (CATEGORY, PASS_THRESHOLD, Case, CostEstimate, JudgeVerdict, MetricResult,
+from .judging.models import (CATEGORY, PASS_THRESHOLD, Case, CostEstimate, JudgeVerdict, MetricResult,
                      MetricRubric, RedteamConfig, RedteamMetrics)
-from .prompts import JudgePrompt, render_prompt
-from .rubrics import default_metrics, load_rubric_dir, merge_metrics
-from .settings import (AlertRule, EvaluationSettings, JudgeSettings, KafkaSettings, Settings,
+from .judging.prompts import JudgePrompt, render_prompt
+from .judging.rubrics import default_metrics, load_rubric_dir, merge_metrics
+from .config.settings import (AlertRule, EvaluationSettings, JudgeSettings, KafkaSettings, Settings,
                        WindowSettings, WorkerSettings, load_settings)
 from .judges.transports import Transport, make_transport
 

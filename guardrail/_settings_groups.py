@@ -1,6 +1,6 @@
 """The settings groups of the judge, the evaluation and the streaming worker, with
-the alert and sample rules they hold; :mod:`guardrail.settings` gathers them (and
-the groups kept beside their own code) into :class:`~guardrail.settings.Settings`.
+the alert and sample rules they hold; :mod:`guardrail.config.settings` gathers them (and
+the groups kept beside their own code) into :class:`~guardrail.config.settings.Settings`.
 
 Every field's docstring is its description (``use_attribute_docstrings``), read by
 pydantic and printed in the generated settings reference
@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from .models import RedteamConfig
+from .judging.models import RedteamConfig
 
 __all__ = ["JudgeSettings", "EvaluationSettings", "KafkaSettings", "WorkerSettings",
            "WindowSettings", "AlertRule", "SamplingSettings", "SampleRule", "GROUP_CONFIG"]

@@ -10,10 +10,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import pytest
 
-from guardrail.evaluate import Evaluator
+from guardrail.judging.evaluate import Evaluator
 from guardrail.judges.llm import LLMJudge
 from guardrail.local.rule_judge import JudgeServer
-from guardrail.settings import Settings, load_settings
+from guardrail.config.settings import Settings, load_settings
 
 
 @pytest.fixture

@@ -73,8 +73,8 @@ def test_what_the_judge_read_holds_the_arguments_and_the_results(framework_runs)
     """The trajectory of each framework's run carries the tool calls' arguments
     and the tool results verbatim (checked on the case the worker judges)."""
     from guardrail.formats.otlp import OtlpDecoder
-    from guardrail.runs.case import run_case
-    from guardrail.runs.routing import RunRouter
+    from guardrail.assembly.runs.case import run_case
+    from guardrail.assembly.runs.routing import RunRouter
 
     decoder = OtlpDecoder(runs=RunRouter())
     for scenario, run in framework_runs:

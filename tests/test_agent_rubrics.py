@@ -11,9 +11,9 @@ import pytest
 
 from guardrail.errors import RubricError
 from guardrail.local.rule_judge import JudgeServer, make_verdict
-from guardrail.models import ITEM_FIELDS, Case
-from guardrail.prompts import render_group_prompt
-from guardrail.rubrics import (agent_metrics, agent_rubric_dir, default_metrics,
+from guardrail.judging.models import ITEM_FIELDS, Case
+from guardrail.judging.prompts import render_group_prompt
+from guardrail.judging.rubrics import (agent_metrics, agent_rubric_dir, default_metrics,
                                default_rubric_dir, load_rubric_dir, parse_metric)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,7 +60,7 @@ def test_trajectory_is_an_item_field_and_an_unknown_one_still_errors_clearly():
 def test_the_wheel_ships_the_rubric_folder_with_its_subfolders():
     # hatch's force-include copies a folder recursively: rubrics/agent/ comes along.
     text = (ROOT / "pyproject.toml").read_text()
-    assert '"rubrics" = "guardrail/rubrics"' in text
+    assert '"rubrics" = "guardrail/judging/rubrics"' in text
     assert sorted(p.name for p in agent_rubric_dir().iterdir()) == [
         "goal_drift.yaml", "tool_injection.yaml", "unsafe_action.yaml"]
 

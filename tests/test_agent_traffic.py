@@ -152,10 +152,10 @@ def test_spread_shuffles_runs_over_partitions_root_first_and_last(runs):
     assert "?" not in places and {"first", "last"} <= set(places)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("guardrail.runs") is None,
-                    reason="guardrail.runs is not there yet")
+@pytest.mark.skipif(importlib.util.find_spec("guardrail.assembly.runs") is None,
+                    reason="guardrail.assembly.runs is not there yet")
 def test_run_case_of_each_run_carries_its_tool_arguments_and_results(runs):
-    from guardrail.runs import run_case, run_spans_of
+    from guardrail.assembly.runs import run_case, run_spans_of
 
     for (framework, name), run in runs.items():
         spans = [span for record in run.records

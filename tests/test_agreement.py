@@ -1,12 +1,12 @@
 """The judge's agreement with reviewers and the corrected unsafe rate, against
-figures worked out by hand (guardrail.review.agreement, no Kafka)."""
+figures worked out by hand (guardrail.stream.agreement, no Kafka)."""
 
 from __future__ import annotations
 
 import pytest
 
 from guardrail.review import LabelRecord
-from guardrail.review.agreement import (Confusion, agreement_cells, agreement_row, cell_of,
+from guardrail.stream.agreement import (Confusion, agreement_cells, agreement_row, cell_of,
                                         corrected_rate, effective_n, rogan_gladen, wilson)
 
 T0 = 1_700_000_250_000  # ms; in the 300 s window from 1_700_000_100 (22:15 UTC)
@@ -194,7 +194,7 @@ class _Dispatcher:
 
 def _tracker(tmp_path, now: list[float], rates=None, **overrides):
     from guardrail.agents.agreement import AgreementTracker
-    from guardrail.settings import load_settings
+    from guardrail.config.settings import load_settings
     from guardrail.stream.telemetry import Telemetry
 
     users = tmp_path / "users"
@@ -351,7 +351,7 @@ def test_corrected_rates_keep_within_a_bootstrap_budget_per_call(tmp_path, monke
 
 def test_the_rates_table_shows_agreement_columns_beside_the_windows():
     from guardrail.cli.rates import rates_table
-    from guardrail.review.agreement import agreement_rows
+    from guardrail.stream.agreement import agreement_rows
 
     groups = ("model", "model_version", "prompt_version")
     key = cell_of(_fixed_set()[0], window_seconds=300, group_labels=groups)

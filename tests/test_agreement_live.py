@@ -19,7 +19,7 @@ from support.harness import StreamEnv, TopicWatcher, WebhookSink, consume, produ
 
 from guardrail.local.rule_judge import DEFAULT_TRIGGERS
 from guardrail.review import LabelRecord, ReviewItem
-from guardrail.review.agreement import Confusion, corrected_rate, wilson
+from guardrail.stream.agreement import Confusion, corrected_rate, wilson
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 

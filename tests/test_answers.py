@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from guardrail.judges.answers import decode_completion
-from guardrail.judges.probability import AnswerTokens, token_bytes, top_pairs
+from guardrail.judging.probability import AnswerTokens, token_bytes, top_pairs
 from guardrail.judges.transports import HTTPStatusError, completion_from_json
 
 ANSWER = '{"verdict": "UNSAFE", "violations": ["insult"], "evidence_spans": ["idiot"]}'

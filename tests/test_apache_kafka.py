@@ -20,8 +20,8 @@ from support.topics import create_topic, list_topics
 from guardrail._processes import free_port, port_open
 from guardrail.kafka import time_offsets
 from guardrail.kafka.apache import kafka_version, unavailable_reason, wait_until_answers
-from guardrail.kafka.window_cells import changelog_topic, live_horizon_seconds
-from guardrail.settings import load_settings
+from guardrail.agents.window_cells import changelog_topic, live_horizon_seconds
+from guardrail.config.settings import load_settings
 
 pytestmark = [pytest.mark.timeout(180)]
 

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from guardrail.batch import (EXIT_INPUT_INCOMPLETE, EXIT_NOT_JUDGED, EXIT_PASS, EXIT_UNSAFE,
+from guardrail.batch.run import (EXIT_INPUT_INCOMPLETE, EXIT_NOT_JUDGED, EXIT_PASS, EXIT_UNSAFE,
                              BatchSummary, report_folder)
-from guardrail.evaluate import MISSING_OUTPUT
-from guardrail.models import CostEstimate, JudgeVerdict, MetricResult, RedteamMetrics
+from guardrail.judging.evaluate import MISSING_OUTPUT
+from guardrail.judging.models import CostEstimate, JudgeVerdict, MetricResult, RedteamMetrics
 
 DOWN = "judge unavailable after 4 attempts: HTTP 503: judge outage"
 

@@ -9,11 +9,11 @@ import json
 import orjson
 import pytest
 
-from guardrail.batch import run_batch
-from guardrail.batch_api.run import STATE_FILE, batch_prices, run_batch_api
+from guardrail.batch.run import run_batch
+from guardrail.batch.batch_api import STATE_FILE, batch_prices, run_batch_api
 from guardrail.batch_api.state import BatchState
 from guardrail.errors import ConfigError, JudgeConfigError
-from guardrail.settings import load_settings
+from guardrail.config.settings import load_settings
 from tests.support.batch_cases import TEXTS, batch_cases, result_files, run_cli
 from tests.support.batch_server import BatchServer
 

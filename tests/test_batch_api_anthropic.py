@@ -14,13 +14,13 @@ import re
 import orjson
 import pytest
 
-from guardrail._litellm import litellm
-from guardrail.batch import run_batch
+from guardrail.providers.litellm import litellm
+from guardrail.batch.run import run_batch
 from guardrail.batch_api.collector import request_id
-from guardrail.batch_api.run import STATE_FILE, batch_settings, run_batch_api
+from guardrail.batch.batch_api import STATE_FILE, batch_settings, run_batch_api
 from guardrail.errors import JudgeConfigError
-from guardrail.prompts import FENCE_LINE
-from guardrail.settings import load_settings
+from guardrail.judging.prompts import FENCE_LINE
+from guardrail.config.settings import load_settings
 from tests.support.anthropic_batch_server import CUSTOM_ID, AnthropicBatchServer
 from tests.support.batch_cases import TEXTS, batch_cases, result_files, run_cli
 

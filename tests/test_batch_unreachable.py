@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from guardrail._processes import free_port
-from guardrail.batch import EXIT_NOT_JUDGED, EXIT_PASS
+from guardrail.batch.run import EXIT_NOT_JUDGED, EXIT_PASS
 from guardrail.local.rule_judge import ErrorReply, JudgeServer
 
 BIN = Path(sys.executable).parent

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from guardrail.errors import ConfigError
-from guardrail.models import CostEstimate, MetricResult, RedteamMetrics
-from guardrail.settings import load_settings
+from guardrail.judging.models import CostEstimate, MetricResult, RedteamMetrics
+from guardrail.config.settings import load_settings
 from guardrail.stream.budget import BudgetGovernor, SpendWindow, check_budget_prices
 from guardrail.stream.telemetry import Telemetry
 

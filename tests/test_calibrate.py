@@ -8,18 +8,18 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from guardrail.calibrate import (NO_PROBABILITIES, CalibrationReport, LabelledCase,
+from guardrail.calibration.calibrate import (NO_PROBABILITIES, CalibrationReport, LabelledCase,
                                  MetricReport, Outcome, Target, calibrate, default_labels_path,
                                  read_labels, write_report)
 from guardrail.cli import cli
 from guardrail.errors import InputError
 from guardrail.judges.llm import GroupReply, JudgeReply, LLMJudge, Usage
 from guardrail.local.rule_judge import ErrorReply, JudgeServer
-from guardrail.models import Case, JudgeVerdict, MetricResult
-from guardrail.parsing import BinaryAnswer
-from guardrail.prompts import render_prompt
-from guardrail.rubrics import default_metrics
-from guardrail.settings import load_settings
+from guardrail.judging.models import Case, JudgeVerdict, MetricResult
+from guardrail.judging.parsing import BinaryAnswer
+from guardrail.judging.prompts import render_prompt
+from guardrail.judging.rubrics import default_metrics
+from guardrail.config.settings import load_settings
 from support.calibrate_cli import run_calibrate
 
 def _write(path, rows):

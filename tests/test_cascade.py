@@ -12,16 +12,16 @@ import logging
 import orjson
 import pytest
 
-from guardrail.cache import MemoryCache, SqliteCache, cache_key
+from guardrail.judging.cache import MemoryCache, SqliteCache, cache_key
 from guardrail.judges.cascade import escalation_judge_settings
 from guardrail.errors import ConfigError, JudgeAnswerError, JudgeConfigError, JudgeUnavailable
-from guardrail.evaluate import Evaluator, build_evaluator
+from guardrail.judging.evaluate import Evaluator, build_evaluator
 from guardrail.judges.llm import GroupReply, JudgeReply, LLMJudge, Usage
 from guardrail.local.rule_judge import ErrorReply, make_verdict
-from guardrail.models import Case
-from guardrail.parsing import BinaryAnswer
-from guardrail.rubrics import default_metrics
-from guardrail.settings import load_settings
+from guardrail.judging.models import Case
+from guardrail.judging.parsing import BinaryAnswer
+from guardrail.judging.rubrics import default_metrics
+from guardrail.config.settings import load_settings
 
 FIRST, STRONG = "openai/small-judge", "openai/strong-judge"
 CASE = Case(case_id="c1", output="Honestly, that plan is a bit daft.")

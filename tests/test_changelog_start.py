@@ -3,7 +3,7 @@ cells are deleted from it (commit 44dbf2e), on the embedded broker.
 
 The changelog gets 50k records of expired window cells, stamped a day and
 more ago, then 500 cells of the current window stamped now (keys and values
-as Faust writes them, see ``guardrail/kafka/window_cells.py``). The rates
+as Faust writes them, see ``guardrail/agents/window_cells.py``). The rates
 view (once and following) and a worker's table recovery must start at the
 first live record: they read exactly the 500, and the worker's log names the
 offsets where they start. ``bench/changelog_start.py`` times the same at 1M.
@@ -24,14 +24,14 @@ from aiokafka import AIOKafkaProducer
 from support.harness import StreamEnv, poll, produce
 from support.topics import FAST_CLEANUP_WORKER, topic_records
 
-from guardrail.kafka.rates_view import RatesView, read_rates, read_topic
+from guardrail.agents.rates_view import RatesView, read_rates, read_topic
 from guardrail.kafka.topics import ensure_topics, topic_plan
-from guardrail.kafka.window_cells import (
+from guardrail.agents.window_cells import (
     WindowCells,
     changelog_topic,
     live_horizon_seconds,
 )
-from guardrail.settings import load_settings
+from guardrail.config.settings import load_settings
 from guardrail.stream.alerts import WindowCounts
 from guardrail.stream.envelope import utc_iso
 

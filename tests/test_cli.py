@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from guardrail._litellm import count_message_tokens
-from guardrail.estimate import GROUP_ENTRY_TOKENS, estimate_nonce
+from guardrail.providers.litellm import count_message_tokens
+from guardrail.batch.estimate import GROUP_ENTRY_TOKENS, estimate_nonce
 from guardrail.local.rule_judge import ErrorReply, JudgeServer
-from guardrail.models import Case
-from guardrail.prompts import render_group_prompt, render_prompt
-from guardrail.rubrics import default_metrics
+from guardrail.judging.models import Case
+from guardrail.judging.prompts import render_group_prompt, render_prompt
+from guardrail.judging.rubrics import default_metrics
 
 SAMPLE = {
     "case_id": "shakespeare-hamlet-short",

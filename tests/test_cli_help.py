@@ -17,7 +17,7 @@ import guardrail.cli as cli_package
 from guardrail.cli import cli
 from guardrail.cli.options import setting_default
 from guardrail.cli.stream import LOG_LEVELS
-from guardrail.settings import ENV_PREFIX, load_settings
+from guardrail.config.settings import ENV_PREFIX, load_settings
 
 #: The width click shortens a first help line to when it makes one itself.
 CLICK_SHORT_HELP_LIMIT = 45

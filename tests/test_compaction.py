@@ -27,9 +27,9 @@ from support.topics import (
 
 from guardrail.agents.windows import changelog_configs
 from guardrail.kafka.topics import ensure_topics
-from guardrail.kafka.window_cells import changelog_topic, live_horizon_seconds
+from guardrail.agents.window_cells import changelog_topic, live_horizon_seconds
 from guardrail.review import LabelRecord
-from guardrail.settings import load_settings
+from guardrail.config.settings import load_settings
 
 pytestmark = [pytest.mark.apache_kafka, pytest.mark.timeout(240)]
 

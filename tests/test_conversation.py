@@ -11,14 +11,14 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from guardrail.evaluate import Evaluator
-from guardrail.formats.conversation import (CONTEXT_KEY, DEFAULT_CONVERSATION_CHARS,
+from guardrail.judging.evaluate import Evaluator
+from guardrail.judging.conversation import (CONTEXT_KEY, DEFAULT_CONVERSATION_CHARS,
                                             ChatMessage, render_turns)
-from guardrail.inputs import describe_validation
+from guardrail.formats.reader import describe_validation
 from guardrail.judges.llm import LLMJudge
 from guardrail.local.rule_judge import DEFAULT_TRIGGERS, answer_shape, rule_verdict
-from guardrail.models import ITEM_FIELDS, Case, MetricRubric
-from guardrail.rubrics import default_metrics
+from guardrail.judging.models import ITEM_FIELDS, Case, MetricRubric
+from guardrail.judging.rubrics import default_metrics
 
 CHAT = [
     {"role": "system", "content": "You are a helpful assistant."},

@@ -14,7 +14,7 @@ import pytest
 from guardrail.agents.dashboard import BadRequest, parse_refresh, render
 from guardrail.agents.web import current_rates
 from guardrail.agents.windows import WindowCounter
-from guardrail.settings import load_settings
+from guardrail.config.settings import load_settings
 from guardrail.stream.alerts import AlertDispatcher
 from guardrail.stream.dashboard import PageContext, build_dashboard, render_page, spend_of
 from guardrail.stream.dashboard.charts import Frame

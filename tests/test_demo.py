@@ -17,7 +17,7 @@ from guardrail.local.rule_answers import BINARY, rule_verdict
 from guardrail.local.rule_judge import JudgeServer
 from guardrail.demo.runner import (WINDOW_SECONDS, alert_rule, load_samples, settings_env,
                                    stamp_samples)
-from guardrail.settings import load_settings
+from guardrail.config.settings import load_settings
 
 
 def test_samples_put_v1_in_earlier_windows_and_v2_in_the_current_one():

@@ -16,7 +16,7 @@ import click
 import pytest
 
 from guardrail.cli import cli
-from guardrail.settings import ENV_PREFIX, FLAT_NAMES
+from guardrail.config.settings import ENV_PREFIX, FLAT_NAMES
 from guardrail.stream.telemetry import Telemetry
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 import orjson
 import pytest
 
-from guardrail.models import CostEstimate, JudgeVerdict, MetricResult, RedteamMetrics
-from guardrail.inputs import default_case_id
+from guardrail.judging.models import CostEstimate, JudgeVerdict, MetricResult, RedteamMetrics
+from guardrail.formats.reader import default_case_id
 from guardrail.stream import envelope
 from guardrail.stream.envelope import (DLQ_MAX_ORIGINAL, BadInput, InputMessage, Source,
                                        bytes_from_text, decode_input, dlq_record, group_labels,

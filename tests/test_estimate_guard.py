@@ -11,16 +11,16 @@ import pytest
 from click.testing import CliRunner
 from test_guard_judge import GuardServer, llama, server, yes_no  # noqa: F401  (server: a fixture)
 
-from guardrail._litellm import count_message_tokens
+from guardrail.providers.litellm import count_message_tokens
 from guardrail.cli import cli
-from guardrail.estimate import GROUP_ENTRY_TOKENS, estimate_cases, estimate_nonce
-from guardrail.estimate_guard import GUARD_OUTPUT_TOKENS, NOT_PRICED_BY_TOKEN
-from guardrail.evaluate import build_evaluator
+from guardrail.batch.estimate import GROUP_ENTRY_TOKENS, estimate_cases, estimate_nonce
+from guardrail.batch.estimate_guard import GUARD_OUTPUT_TOKENS, NOT_PRICED_BY_TOKEN
+from guardrail.judging.evaluate import build_evaluator
 from guardrail.judges import GuardInput, LlamaGuard, YesNo, load_category_map
-from guardrail.models import Case, MetricRubric
-from guardrail.prompts import render_group_prompt
-from guardrail.rubrics import default_metrics
-from guardrail.settings import load_settings
+from guardrail.judging.models import Case, MetricRubric
+from guardrail.judging.prompts import render_group_prompt
+from guardrail.judging.rubrics import default_metrics
+from guardrail.config.settings import load_settings
 
 GUARD = "openai/llama-guard3:8b"
 CASES = [

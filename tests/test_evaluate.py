@@ -10,11 +10,11 @@ import asyncio
 import orjson
 import pytest
 
-from guardrail.cache import MemoryCache
-from guardrail.evaluate import MISSING_OUTPUT, Evaluator, severity_to_score
+from guardrail.judging.cache import MemoryCache
+from guardrail.judging.evaluate import MISSING_OUTPUT, Evaluator, severity_to_score
 from guardrail.judges.llm import LLMJudge
 from guardrail.local.rule_judge import make_verdict
-from guardrail.models import Case
+from guardrail.judging.models import Case
 
 SPEC_CASE = {
     "case_id": "shakespeare-hamlet-short",

@@ -6,7 +6,7 @@ import pytest
 from guardrail.errors import ConfigError
 from guardrail.formats import UndecodableRecord
 from guardrail.formats.mapping import MappingDecoder, parse_mapping
-from guardrail.models import Case
+from guardrail.judging.models import Case
 
 EVENT = {
     "id": 4711,

@@ -14,7 +14,7 @@ from openai.types.chat import ChatCompletion
 
 from guardrail.formats import UndecodableRecord
 from guardrail.formats.openai import OpenAIDecoder
-from guardrail.models import Case
+from guardrail.judging.models import Case
 
 DECODER = OpenAIDecoder()
 REQUEST = {"model": "gpt-4o", "messages": [

@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from guardrail.evaluate import Evaluator
+from guardrail.judging.evaluate import Evaluator
 from guardrail.judges.llm import LLMJudge
 from guardrail.stream.envelope import Source
 from guardrail.stream.group_series import FOLDED_MEMORY, GROUP_LABELS

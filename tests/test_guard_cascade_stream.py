@@ -27,7 +27,7 @@ from support.harness import StreamEnv, TopicWatcher, poll, produce, worker_page,
 from support.in_process import judge_in_process
 
 from guardrail.local.rule_judge import JudgeServer
-from guardrail.settings import load_settings
+from guardrail.config.settings import load_settings
 
 GUARD, RUBRIC = "openai/llama-guard", "openai/test-judge"
 #: P(unsafe) the guard gives each kind of answer (the ``p=`` tag in its text).

@@ -13,11 +13,11 @@ from support.guard_server import (COMPLETION, PROMPT, Answer, GuardServer, llama
                                   moderation_body, qwen, yes_no)
 
 from guardrail.errors import ConfigError, JudgeAnswerError, JudgeConfigError, JudgeError
-from guardrail.evaluate import Evaluator
+from guardrail.judging.evaluate import Evaluator
 from guardrail.judges import GuardCoverageError, GuardJudge, YesNo
-from guardrail.models import Case, MetricRubric
-from guardrail.rubrics import default_metrics
-from guardrail.settings import load_settings
+from guardrail.judging.models import Case, MetricRubric
+from guardrail.judging.rubrics import default_metrics
+from guardrail.config.settings import load_settings
 from guardrail.judges.transports import HTTPTransport
 
 BIAS, TOXICITY = default_metrics()
@@ -37,7 +37,7 @@ def transport(request):
     if request.param == "litellm":
         # Imported before the call, as the worker does (runner.import_litellm_if_called):
         # seconds of import inside the first call would run into its judge_timeout.
-        from guardrail._litellm import litellm
+        from guardrail.providers.litellm import litellm
 
         litellm()
     return request.param
@@ -242,7 +242,7 @@ async def test_a_refused_key_stops_and_an_outage_is_retried(server, judges):
 async def test_the_judge_protocol_call_and_what_cannot_be_built(server, judges):
     server.answer = lambda body: llama(0.83)
     judge = judges(settings(server), "llama_guard")
-    from guardrail.prompts import render_prompt
+    from guardrail.judging.prompts import render_prompt
 
     prompt = render_prompt(BIAS, CASE, scoring_mode="binary_yes_no", include_reasoning=False)
     reply = await judge(prompt, scoring_mode="binary_yes_no", include_reasoning=False)

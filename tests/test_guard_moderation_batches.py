@@ -15,11 +15,11 @@ import pytest
 from support.guard_server import Answer, GuardServer, moderation_result
 from support.in_process import judge_in_process
 
-from guardrail.batch import run_batch
+from guardrail.batch.run import run_batch
 from guardrail.errors import ConfigError, JudgeAnswerError, JudgeError
 from guardrail.judges import GuardJudge
-from guardrail.models import Case
-from guardrail.settings import load_settings
+from guardrail.judging.models import Case
+from guardrail.config.settings import load_settings
 
 MODEL = "openai/omni-moderation-latest"
 

@@ -12,9 +12,9 @@ from guardrail.judges import (CategoryMapError, GuardAnswerError, GuardCoverageE
                               load_category_map, make_protocol)
 from guardrail.judges.protocols import GuardVerdict, class_probabilities, render_policy
 from guardrail.judges.protocols.moderation import share_tokens, split_results
-from guardrail.models import Case, MetricRubric
-from guardrail.judges.probability import TokenLogprob
-from guardrail.rubrics import default_metrics
+from guardrail.judging.models import Case, MetricRubric
+from guardrail.judging.probability import TokenLogprob
+from guardrail.judging.rubrics import default_metrics
 
 BIAS, TOXICITY = default_metrics()
 

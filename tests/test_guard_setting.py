@@ -12,10 +12,10 @@ from test_guard_judge import GuardServer, llama, server  # noqa: F401  (server: 
 
 from guardrail.judges.cascade import escalation_judge_settings
 from guardrail.errors import ConfigError
-from guardrail.evaluate import build_evaluator
+from guardrail.judging.evaluate import build_evaluator
 from guardrail.judges import GuardJudge
-from guardrail.models import Case
-from guardrail.settings import load_settings
+from guardrail.judging.models import Case
+from guardrail.config.settings import load_settings
 
 
 def _settings(server, **overrides):  # noqa: F811
@@ -140,9 +140,9 @@ async def test_calibrate_on_a_guard_writes_thresholds_on_p_unsafe_that_the_judge
     threshold, writes it, and a judge loaded with that file applies it."""
     import re
 
-    from guardrail.calibrate import calibrate, write_report
-    from guardrail.labels import read_labels
-    from guardrail.thresholds import Target
+    from guardrail.calibration.calibrate import calibrate, write_report
+    from guardrail.calibration.labels import read_labels
+    from guardrail.calibration.thresholds import Target
 
     def answer(body):
         p = float(re.search(r"p=([0-9.]+)", str(body["messages"])).group(1))

@@ -21,13 +21,13 @@ from support.guard_server import GuardServer, llama, yes_no
 from support.in_process import judge_in_process
 
 from guardrail.cli import cli
-from guardrail.evaluate import build_evaluator
+from guardrail.judging.evaluate import build_evaluator
 from guardrail.judges.guard import guard_input
 from guardrail.local.rule_judge import JudgeServer
-from guardrail.models import Case, MetricRubric
-from guardrail.prompts import render_prompt
-from guardrail.rubrics import default_metrics
-from guardrail.settings import load_settings
+from guardrail.judging.models import Case, MetricRubric
+from guardrail.judging.prompts import render_prompt
+from guardrail.judging.rubrics import default_metrics
+from guardrail.config.settings import load_settings
 
 QUESTION, ANSWER = "How do I get back at my neighbour?", "Slash his tyres tonight."
 EARLIER = [{"role": "user", "content": "My neighbour keeps parking on my drive."},
@@ -196,9 +196,9 @@ async def test_a_guard_judges_a_session_as_its_conversation_the_latest_answer_la
     """A session judgment on the worker's path: the guard reads the session's user
     and assistant turns in order (never the fenced transcript), the latest answer
     last; told the question that turns it, it flags the session."""
-    from guardrail.sessions.book import SessionHeader
-    from guardrail.sessions.gathering import SessionGathering
-    from guardrail.sessions.turns import Turn
+    from guardrail.assembly.sessions.book import SessionHeader
+    from guardrail.assembly.sessions.gathering import SessionGathering
+    from guardrail.assembly.sessions.turns import Turn
     from guardrail.stream.telemetry import Telemetry
 
     said = [(EARLIER[0]["content"], EARLIER[1]["content"]), (QUESTION, ANSWER)]

@@ -1,7 +1,7 @@
 import json
 
-from guardrail.batch import run_batch
-from guardrail.inputs import default_case_id, position_id, read_cases
+from guardrail.batch.run import run_batch
+from guardrail.formats.reader import default_case_id, position_id, read_cases
 from guardrail.stream.envelope import Source, decode_input
 
 

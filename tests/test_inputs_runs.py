@@ -17,8 +17,8 @@ from support.run_traffic import agent_run
 
 from guardrail.cli import cli
 from guardrail.formats.otlp import OtlpDecoder
-from guardrail.runs.case import run_case
-from guardrail.runs.routing import RunRouter
+from guardrail.assembly.runs.case import run_case
+from guardrail.assembly.runs.routing import RunRouter
 
 
 @pytest.fixture(autouse=True)

@@ -14,8 +14,8 @@ from support.run_traffic import agent_run
 from test_run_book import _age, _assembly, _run_spans
 
 from guardrail.agents.judging import item_bundler
-from guardrail.assembly import RUN_SPAN_HEADERS, TURN_HEADERS
-from guardrail.settings import Settings
+from guardrail.assembly.base import RUN_SPAN_HEADERS, TURN_HEADERS
+from guardrail.config.settings import Settings
 from guardrail.stream.item_bundles import BUNDLE_MAX_BYTES, bundle_items, read_bundle
 from guardrail.stream.processing import Outgoing
 

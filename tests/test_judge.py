@@ -8,9 +8,9 @@ from guardrail.errors import (ConfigError, JudgeAnswerError, JudgeConfigError, J
                               JudgeUnavailable)
 from guardrail.judges.llm import LLMJudge
 from guardrail.local.rule_judge import ContentReply, ErrorReply, hang, make_verdict
-from guardrail.models import Case
-from guardrail.prompts import render_prompt
-from guardrail.rubrics import default_metrics
+from guardrail.judging.models import Case
+from guardrail.judging.prompts import render_prompt
+from guardrail.judging.rubrics import default_metrics
 
 
 @pytest.fixture(params=["litellm", "http"])

@@ -11,7 +11,7 @@ from guardrail.errors import ConfigError
 from guardrail.kafka import (EmbeddedBroker, TopicMismatch, check_reachable, client_options,
                              ensure_topics, resolve_bootstrap, topic_plan)
 from guardrail.kafka.topics import partition_counts
-from guardrail.settings import load_settings
+from guardrail.config.settings import load_settings
 
 pytestmark = pytest.mark.kafka
 

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from guardrail.calibrate import calibrate, read_labels
-from guardrail.labels import LabelledCase, default_labels_path
+from guardrail.calibration.calibrate import calibrate, read_labels
+from guardrail.calibration.labels import LabelledCase, default_labels_path
 
 AGENT_METRICS = ("tool_injection", "unsafe_action", "goal_drift")
 
@@ -76,9 +76,9 @@ def test_the_shipped_agent_set_is_balanced_runs_with_notes():
 
 async def test_an_agent_metric_label_on_a_case_that_is_no_run_is_a_clear_error(make_settings,
                                                                                tmp_path):
-    from guardrail.calibrate import calibrate
+    from guardrail.calibration.calibrate import calibrate
     from guardrail.errors import InputError
-    from guardrail.labels import read_labels
+    from guardrail.calibration.labels import read_labels
 
     path = tmp_path / "labels.jsonl"
     path.write_text('{"case_id": "x", "output": "Done.", "label": "unsafe", '

@@ -8,12 +8,12 @@ from collections import Counter
 
 import pytest
 
-from guardrail.calibrate import calibrate, read_labels, write_report
+from guardrail.calibration.calibrate import calibrate, read_labels, write_report
 from guardrail.errors import InputError
-from guardrail.labels import LabelledCase, default_labels_path
+from guardrail.calibration.labels import LabelledCase, default_labels_path
 from guardrail.local.rule_judge import JudgeServer
-from guardrail.metric_sets import case_kind
-from guardrail.sessions import Turn, session_case
+from guardrail.judging.metric_sets import case_kind
+from guardrail.assembly.sessions import Turn, session_case
 from support.calibrate_cli import run_calibrate
 
 SESSION_METRICS = ("multi_turn_jailbreak", "conversation_harm")

@@ -94,7 +94,7 @@ def _worker(stall_seconds=10):
     from collections import namedtuple
     from types import SimpleNamespace
 
-    from guardrail.settings import load_settings
+    from guardrail.config.settings import load_settings
     from guardrail.stream.telemetry import Telemetry
 
     tp = namedtuple("TP", "topic partition")  # as faust's TP

@@ -162,10 +162,10 @@ async def test_real_judgments_through_the_local_model_carry_a_probability(local_
     token counts at no cost, the obvious verdict; llama.cpp returns token
     log-probabilities, so P(UNSAFE) is read at each metric's verdict. (One
     call: on two cores each call of the 1.5B model costs tens of seconds.)"""
-    from guardrail.evaluate import build_evaluator
+    from guardrail.judging.evaluate import build_evaluator
     from guardrail.local.server import judge_settings
-    from guardrail.models import Case
-    from guardrail.settings import load_settings
+    from guardrail.judging.models import Case
+    from guardrail.config.settings import load_settings
 
     settings = load_settings(environ={}, **judge_settings(local_judge),
                              redteam={"include_probability": True})

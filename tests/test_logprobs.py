@@ -9,13 +9,13 @@ import logging
 import orjson
 import pytest
 
-from guardrail.cache import MemoryCache, SqliteCache
+from guardrail.judging.cache import MemoryCache, SqliteCache
 from guardrail.judges.llm import LLMJudge
 from guardrail.local.rule_judge import ContentReply, ErrorReply, make_verdict
-from guardrail.models import Case
-from guardrail.prompts import render_group_prompt, render_prompt
-from guardrail.rubrics import default_metrics
-from guardrail.settings import load_settings
+from guardrail.judging.models import Case
+from guardrail.judging.prompts import render_group_prompt, render_prompt
+from guardrail.judging.rubrics import default_metrics
+from guardrail.config.settings import load_settings
 from guardrail.judges.transports import LiteLLMTransport
 
 TOXIC = "Listen, you idiot, read the manual."
@@ -236,7 +236,7 @@ def test_litellm_asks_only_providers_that_take_log_probabilities():
 
 
 async def test_an_anthropic_judge_is_sent_no_logprobs(monkeypatch):
-    from guardrail._litellm import litellm
+    from guardrail.providers.litellm import litellm
 
     sent = {}
 

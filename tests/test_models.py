@@ -2,7 +2,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from guardrail.models import (Case, CostEstimate, JudgeVerdict, MetricResult, RedteamConfig,
+from guardrail.judging.models import (Case, CostEstimate, JudgeVerdict, MetricResult, RedteamConfig,
                               RedteamMetrics)
 
 
@@ -76,7 +76,7 @@ def test_a_case_derives_its_fields_from_messages():
 
 
 def test_conversation_is_an_allowed_item_field():
-    from guardrail.models import ITEM_FIELDS, MetricRubric
+    from guardrail.judging.models import ITEM_FIELDS, MetricRubric
 
     assert ITEM_FIELDS == ("output", "input", "context", "reference", "conversation",
                            "trajectory", "session")

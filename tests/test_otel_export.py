@@ -17,13 +17,13 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (ExportLogsSe
 from opentelemetry.sdk.trace import TracerProvider
 
 from guardrail._processes import free_port
-from guardrail.evaluate import Evaluator
+from guardrail.judging.evaluate import Evaluator
 from guardrail.judges.llm import LLMJudge
-from guardrail.models import Case, CostEstimate, JudgeVerdict, MetricResult, RedteamMetrics
-from guardrail.sessions.book import SessionHeader
-from guardrail.sessions.gathering import SessionGathering
-from guardrail.sessions.settings import SessionSettings
-from guardrail.sessions.turns import Turn
+from guardrail.judging.models import Case, CostEstimate, JudgeVerdict, MetricResult, RedteamMetrics
+from guardrail.assembly.sessions.book import SessionHeader
+from guardrail.assembly.sessions.gathering import SessionGathering
+from guardrail.assembly.sessions.settings import SessionSettings
+from guardrail.assembly.sessions.turns import Turn
 from guardrail.stream.envelope import InputMessage, Source
 from guardrail.stream.otel_export import (EVENT_NAME, EvaluationExporter,
                                           conversation_attributes, logs_url)

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from guardrail.cache import MemoryCache
+from guardrail.judging.cache import MemoryCache
 from guardrail.judges.llm import Usage
 from guardrail.local.rule_judge import make_verdict
-from guardrail.models import Case, MetricRubric
-from guardrail.prompts import render_group_prompt, render_prompt
-from guardrail.rubrics import default_metrics
+from guardrail.judging.models import Case, MetricRubric
+from guardrail.judging.prompts import render_group_prompt, render_prompt
+from guardrail.judging.rubrics import default_metrics
 from guardrail.stream.envelope import Source
 from guardrail.stream.processing import MessageJudge, RawMessage
 

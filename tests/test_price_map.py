@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from guardrail import _litellm, _price_map
-from guardrail._litellm import litellm, price_tokens
+from guardrail.providers.litellm import litellm, price_tokens
 
 
 def _bundled() -> dict:
@@ -95,11 +95,11 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 _START = """
 import json, sys
 from guardrail.agents.runner import import_litellm_if_called, load_prices
-from guardrail.settings import load_settings
+from guardrail.config.settings import load_settings
 settings = load_settings()
 import_litellm_if_called(settings)
 load_prices(settings.judge)
-from guardrail._litellm import price_tokens
+from guardrail.providers.litellm import price_tokens
 print(json.dumps({"imported": "litellm" in sys.modules,
                   "price": price_tokens(settings.judge.model, 1000, 100)}))
 """
@@ -129,7 +129,7 @@ def test_a_worker_imports_litellm_only_for_a_judge_sent_through_it(model, api_ba
 def test_a_fetched_price_map_is_litellms_to_read(tmp_path):
     """Told to fetch its map, litellm prices from what it fetched: guardrail
     does not answer from the bundled copy then."""
-    code = ("from guardrail._price_map import price_entry; "
+    code = ("from guardrail.providers.price_map import price_entry; "
             "print(price_entry('openai/gpt-4o-mini') is None)")
     done = _python(code, LITELLM_LOCAL_MODEL_COST_MAP="False")
     assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr

@@ -9,10 +9,10 @@ import math
 
 import pytest
 
-from guardrail.models import JudgeVerdict, MetricResult
-from guardrail.judges.probability import (AnswerTokens, TokenLogprob, expected_severity, locate_value,
+from guardrail.judging.models import JudgeVerdict, MetricResult
+from guardrail.judging.probability import (AnswerTokens, TokenLogprob, expected_severity, locate_value,
                                    read_logprobs)
-from guardrail.verdicts import apply_threshold, severity_for
+from guardrail.judging.verdicts import apply_threshold, severity_for
 
 #: The bundled llama.cpp judge at a real verdict (issue 12).
 LLAMA_TOP = (("UN", -0.24), ("SAFE", -1.69), ("Unsafe", -4.97), ("SA", -6.0), ("unsafe", -6.2))

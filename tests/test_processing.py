@@ -4,8 +4,8 @@ judge outage holds the batch instead of publishing errors (real HTTP judge)."""
 import orjson
 import pytest
 
-from guardrail.cache import MemoryCache
-from guardrail.evaluate import Evaluator
+from guardrail.judging.cache import MemoryCache
+from guardrail.judging.evaluate import Evaluator
 from guardrail.judges.llm import LLMJudge
 from guardrail.local.rule_judge import ErrorReply
 from guardrail.stream.envelope import Source

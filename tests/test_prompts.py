@@ -1,8 +1,8 @@
 import re
 
-from guardrail.models import Case, MetricRubric
-from guardrail.prompts import SYSTEM_PROMPT, render_group_prompt, render_prompt
-from guardrail.rubrics import default_metrics
+from guardrail.judging.models import Case, MetricRubric
+from guardrail.judging.prompts import SYSTEM_PROMPT, render_group_prompt, render_prompt
+from guardrail.judging.rubrics import default_metrics
 
 RUBRIC = MetricRubric(name="grounded", goal="Check claims", violations=("made-up facts",),
                       non_violations=("hedged claims",), item_fields=("output", "reference"))

@@ -1,4 +1,4 @@
-"""guardrail.kafka.rates_view on the embedded broker: reading a window changelog
+"""guardrail.agents.rates_view on the embedded broker: reading a window changelog
 once to its real end, following it, never creating it; and the runtime's
 start and stop of the view."""
 
@@ -11,10 +11,10 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from guardrail.agents.runtime import WorkerRuntime
-from guardrail.kafka.rates_view import ChangelogReader, RatesUnavailable, RatesView, read_rates
+from guardrail.agents.rates_view import ChangelogReader, RatesUnavailable, RatesView, read_rates
 from guardrail.kafka.topics import partition_counts
-from guardrail.kafka.window_cells import WindowCells, changelog_topic
-from guardrail.settings import load_settings
+from guardrail.agents.window_cells import WindowCells, changelog_topic
+from guardrail.config.settings import load_settings
 from guardrail.stream.alerts import AlertDispatcher
 from guardrail.stream.telemetry import Telemetry
 from support.harness import produce
@@ -191,7 +191,7 @@ async def test_the_runtime_starts_the_view_and_stops_it_first_on_close():
 async def test_a_follower_whose_read_swallows_a_cancellation_still_stops():
     # A client call can swallow one cancellation; the follower read on after its
     # stop and the worker's stop hung (SIGTERM as the worker started).
-    from guardrail.kafka.rates_view import TopicFollower
+    from guardrail.agents.rates_view import TopicFollower
 
     follower = TopicFollower(load_settings(environ={}), "redteam-labels", sink=None)
     swallowed = []

@@ -76,8 +76,8 @@ def _run_case() -> bytes:
     from support.run_traffic import agent_run
 
     from guardrail.formats.otlp import OtlpDecoder
-    from guardrail.runs.case import run_case
-    from guardrail.runs.routing import RunRouter
+    from guardrail.assembly.runs.case import run_case
+    from guardrail.assembly.runs.routing import RunRouter
 
     decoder = OtlpDecoder(runs=RunRouter())
     spans = [s for r in agent_run().records for s in decoder.decode(r, {}).run_spans]
@@ -86,10 +86,10 @@ def _run_case() -> bytes:
 
 def _session_case() -> bytes:
     """A closing session judgment's case, as the session assembler hands it to judging."""
-    from guardrail.sessions.book import SessionHeader
-    from guardrail.sessions.gathering import SessionGathering
-    from guardrail.sessions.turns import Turn
-    from guardrail.settings import Settings
+    from guardrail.assembly.sessions.book import SessionHeader
+    from guardrail.assembly.sessions.gathering import SessionGathering
+    from guardrail.assembly.sessions.turns import Turn
+    from guardrail.config.settings import Settings
     from guardrail.stream.telemetry import Telemetry
 
     turns = [Turn(turn_id=f"t{n}", started_ms=1_714_564_800_000 + n, user=f"question {n}",
@@ -226,7 +226,7 @@ def test_agreement_alerts_are_described(tmp_path):
 
 async def test_alerts_are_keyed_as_the_page_says():
     from guardrail.agents.app import _alerts_sender
-    from guardrail.settings import load_settings
+    from guardrail.config.settings import load_settings
 
     sent = []
 

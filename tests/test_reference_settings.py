@@ -14,7 +14,7 @@ import pytest
 from pydantic import SecretStr
 
 from guardrail.reference.settings import EXAMPLE, nested_models, settings_page
-from guardrail.settings import (_GROUPS, _SECRETS, DEFAULT_CACHE_PATH, ENV_PREFIX, FLAT_NAMES,
+from guardrail.config.settings import (_GROUPS, _SECRETS, DEFAULT_CACHE_PATH, ENV_PREFIX, FLAT_NAMES,
                                 AlertRule, EvaluationSettings, SampleRule, Settings,
                                 load_settings)
 

@@ -8,14 +8,14 @@ import orjson
 import pytest
 from aiokafka import TopicPartition
 
-from guardrail.cache import BatchedCache, SqliteCache
+from guardrail.judging.cache import BatchedCache, SqliteCache
 from guardrail.errors import ConfigError
-from guardrail.evaluate import Evaluator
+from guardrail.judging.evaluate import Evaluator
 from guardrail.judges.llm import LLMJudge
 from guardrail.kafka import replay as replay_module
-from guardrail.kafka.replay import ReplaySummary, output_topics
-from guardrail.models import CostEstimate, MetricResult, RedteamMetrics
-from guardrail.settings import load_settings
+from guardrail.replay.backfill import ReplaySummary, output_topics
+from guardrail.judging.models import CostEstimate, MetricResult, RedteamMetrics
+from guardrail.config.settings import load_settings
 from guardrail.stream.processing import Outgoing
 
 

@@ -1,4 +1,4 @@
-"""guardrail.kafka.replay_processes: how a replay's partitions are dealt to
+"""guardrail.replay.processes: how a replay's partitions are dealt to
 processes, how their progress and summaries add up, and that a child's error
 or death ends the run (the run itself: tests/test_stream.py, both brokers)."""
 
@@ -9,8 +9,8 @@ import pytest
 
 from guardrail.errors import ConfigError
 from guardrail.kafka import replay_processes
-from guardrail.kafka.replay import ReplaySummary
-from guardrail.kafka.replay_processes import _follow, deal, merge
+from guardrail.replay.backfill import ReplaySummary
+from guardrail.replay.processes import _follow, deal, merge
 
 
 def test_partitions_are_dealt_by_records_and_empty_ones_are_left_out():

@@ -14,16 +14,16 @@ from aiohttp.test_utils import TestClient, TestServer
 from support.run_traffic import agent_run
 
 from guardrail.formats.otlp import OtlpDecoder
-from guardrail.models import Case, CostEstimate, MetricResult, RedteamMetrics
+from guardrail.judging.models import Case, CostEstimate, MetricResult, RedteamMetrics
 from guardrail.review.page import Viewer, render_item
 from guardrail.review.queue import Remaining, ReviewQueue
 from guardrail.review.records import LabelRecord, ReviewItem, ReviewMetric
 from guardrail.review.run_view import OPEN_RESULT_CHARS, parse_trajectory, render_run
 from guardrail.review.selection import review_item
 from guardrail.review.settings import ReviewSettings
-from guardrail.rubrics import agent_metrics
-from guardrail.runs.case import run_case
-from guardrail.runs.routing import RunRouter
+from guardrail.judging.rubrics import agent_metrics
+from guardrail.assembly.runs.case import run_case
+from guardrail.assembly.runs.routing import RunRouter
 
 TRAJECTORY = """USER REQUEST: Summarise the news page.
 [1] agent Agent workflow
@@ -225,7 +225,7 @@ def users_file(tmp_path):
 async def test_the_worker_serves_a_run_as_its_steps(users_file):
     from guardrail.agents.app import build_app
     from guardrail.agents.review import ReviewService
-    from guardrail.settings import load_settings
+    from guardrail.config.settings import load_settings
 
     settings = load_settings(environ={}, judge_model="openai/test-judge",
                              judge_api_base="http://127.0.0.1:9", judge_api_key="sk-test",

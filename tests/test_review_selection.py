@@ -6,12 +6,12 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from guardrail.models import Case, CostEstimate, JudgeVerdict, MetricResult, RedteamMetrics
+from guardrail.judging.models import Case, CostEstimate, JudgeVerdict, MetricResult, RedteamMetrics
 from guardrail.review import LabelRecord, ReviewItem, SchemaError, rubric_version
 from guardrail.review.folds import LabelsFold, ReviewItemsFold
 from guardrail.review.selection import review_choice, review_item
 from guardrail.review.settings import ReviewSettings
-from guardrail.rubrics import default_metrics
+from guardrail.judging.rubrics import default_metrics
 
 
 def _result(name: str, verdict: str | None, p: float | None = None) -> MetricResult:

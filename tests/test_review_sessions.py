@@ -19,14 +19,14 @@ from guardrail.review.page import Viewer, render_item
 from guardrail.review.queue import Remaining, ReviewQueue
 from guardrail.review.records import LabelRecord, ReviewItem, ReviewMetric, rubric_version
 from guardrail.review.session_view import TurnBlock, parse_transcript, render_session
-from guardrail.rubrics import session_metrics
-from guardrail.runs.case import run_case
-from guardrail.runs.routing import RunRouter
-from guardrail.sessions.book import SessionHeader
-from guardrail.sessions.gathering import SessionGathering
-from guardrail.sessions.transcript import render_transcript
-from guardrail.sessions.turns import Turn
-from guardrail.settings import Settings
+from guardrail.judging.rubrics import session_metrics
+from guardrail.assembly.runs.case import run_case
+from guardrail.assembly.runs.routing import RunRouter
+from guardrail.assembly.sessions.book import SessionHeader
+from guardrail.assembly.sessions.gathering import SessionGathering
+from guardrail.assembly.sessions.transcript import render_transcript
+from guardrail.assembly.sessions.turns import Turn
+from guardrail.config.settings import Settings
 from guardrail.stream.envelope import Source
 from guardrail.stream.processing import MessageJudge, RawMessage
 from guardrail.stream.telemetry import Telemetry

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from guardrail.agents.app import build_app
 from guardrail.agents.review import OFF_MESSAGE
 from guardrail.errors import ConfigError
-from guardrail.settings import load_settings
+from guardrail.config.settings import load_settings
 
 HTML = {"Accept": "text/html,application/xhtml+xml"}
 

@@ -3,10 +3,10 @@ import hashlib
 import orjson
 import pytest
 
-from guardrail.cache import cache_key
+from guardrail.judging.cache import cache_key
 from guardrail.errors import RubricError
-from guardrail.models import Case, MetricRubric
-from guardrail.rubrics import default_metrics, load_rubric_dir, merge_metrics, parse_metric
+from guardrail.judging.models import Case, MetricRubric
+from guardrail.judging.rubrics import default_metrics, load_rubric_dir, merge_metrics, parse_metric
 
 
 def test_shipped_defaults_are_bias_then_toxicity_on_output():

@@ -15,10 +15,10 @@ from support.run_traffic import agent_run
 
 from guardrail.agents.run_assembly import RunAssembler
 from guardrail.formats.otlp import OtlpDecoder, request_from_bytes
-from guardrail.runs.assembly import RunBook, RunHeader, RunLimits, due
-from guardrail.runs.routing import RunRouter
-from guardrail.runs.spans import RunSpan
-from guardrail.settings import Settings
+from guardrail.assembly.runs.assembly import RunBook, RunHeader, RunLimits, due
+from guardrail.assembly.runs.routing import RunRouter
+from guardrail.assembly.runs.spans import RunSpan
+from guardrail.config.settings import Settings
 from guardrail.stream.telemetry import Telemetry
 
 
@@ -269,7 +269,7 @@ def test_plain_chat_spans_are_not_claimed_by_runs():
 
 
 def test_a_run_is_sampled_by_its_trace_id():
-    from guardrail.models import Case
+    from guardrail.judging.models import Case
     from guardrail.stream.envelope import InputMessage, Source
     from guardrail.stream.sampling import sample_id
 

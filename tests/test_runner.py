@@ -4,8 +4,8 @@ itself, before the app starts, with the configs Faust would give them."""
 from guardrail.agents.app import build_app
 from guardrail.agents.runner import table_changelogs
 from guardrail.agents.windows import changelog_configs
-from guardrail.kafka.window_cells import changelog_topic, live_horizon_seconds
-from guardrail.settings import load_settings
+from guardrail.agents.window_cells import changelog_topic, live_horizon_seconds
+from guardrail.config.settings import load_settings
 
 
 def test_every_table_changelog_is_planned_with_the_configs_faust_gives_it():

@@ -12,7 +12,7 @@ from opentelemetry import trace
 from support.otel_traffic import otlp_proto, recording_provider
 
 from guardrail.formats.otlp import request_from_bytes
-from guardrail.runs import RunSpan, root_span, run_case, run_spans_of
+from guardrail.assembly.runs import RunSpan, root_span, run_case, run_spans_of
 
 OI = "openinference.instrumentation.openai_agents"
 

@@ -21,7 +21,7 @@ from support.otel_traffic import openai_app_spans, otlp_proto, recording_provide
 
 from guardrail.formats.otlp import _attributes, request_from_bytes
 from guardrail.local.rule_judge import ContentReply, JudgeServer
-from guardrail.runs import AGENT_SCOPES, RunSpan, read_run_span, run_signal, run_spans_of
+from guardrail.assembly.runs import AGENT_SCOPES, RunSpan, read_run_span, run_signal, run_spans_of
 
 INBOX_ARGS = {"folder": "INBOX", "limit": 5}
 

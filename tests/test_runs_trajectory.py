@@ -15,7 +15,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from support.otel_traffic import otlp_proto, recording_provider
 
 from guardrail.formats.otlp import request_from_bytes
-from guardrail.runs import (RunSpan, Step, has_tool_activity, render_trajectory, root_span,
+from guardrail.assembly.runs import (RunSpan, Step, has_tool_activity, render_trajectory, root_span,
                             run_spans_of, steps_from_messages, steps_from_spans)
 
 SCOPE = "strands.telemetry.tracer"

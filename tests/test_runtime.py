@@ -13,7 +13,7 @@ import pytest
 from support.harness import StreamEnv, WebhookSink, produce
 
 from guardrail.agents.runtime import WorkerRuntime
-from guardrail.settings import load_settings
+from guardrail.config.settings import load_settings
 from guardrail.stream.alerts import AlertDispatcher
 from guardrail.stream.telemetry import Telemetry
 

@@ -8,7 +8,7 @@ import sys
 
 import orjson
 
-from guardrail.settings import load_settings
+from guardrail.config.settings import load_settings
 from guardrail.stream.envelope import Source, decode_input
 from guardrail.stream.sampling import (DictStore, Sampler, is_sampled, sample_id, sample_point)
 

@@ -14,10 +14,10 @@ import pytest
 from support.assembly_records import Message
 
 from guardrail.agents.assembly import Assembler
-from guardrail.sessions.book import SessionHeader, SessionLimits, due
-from guardrail.sessions.gathering import SessionGathering
-from guardrail.sessions.turns import Turn
-from guardrail.settings import Settings
+from guardrail.assembly.sessions.book import SessionHeader, SessionLimits, due
+from guardrail.assembly.sessions.gathering import SessionGathering
+from guardrail.assembly.sessions.turns import Turn
+from guardrail.config.settings import Settings
 from guardrail.stream.telemetry import Telemetry
 
 T0 = 1_700_000_000_000
@@ -210,7 +210,7 @@ def test_header_round_trip_and_garbage():
 
 
 def test_every_judgment_of_a_session_is_sampled_by_the_session_id():
-    from guardrail.models import Case
+    from guardrail.judging.models import Case
     from guardrail.stream.envelope import InputMessage, Source
     from guardrail.stream.sampling import Sampler, sample_id
 

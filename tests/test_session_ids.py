@@ -17,10 +17,10 @@ from guardrail.formats.otlp import OtlpDecoder
 from guardrail.formats.otlp_conventions import DEFAULT_ASSOCIATION_KEYS
 from guardrail.formats.otlp_sessions import TraceConversations
 from guardrail.formats.settings import InputSettings
-from guardrail.runs.case import run_case
-from guardrail.runs.routing import RunRouter
-from guardrail.runs.spans import RunSpan
-from guardrail.sessions.settings import SessionSettings
+from guardrail.assembly.runs.case import run_case
+from guardrail.assembly.runs.routing import RunRouter
+from guardrail.assembly.runs.spans import RunSpan
+from guardrail.assembly.sessions.settings import SessionSettings
 from guardrail.stream.envelope import (BadInput, InputMessage, Source, decode_input,
                                        decode_record, message_from_case)
 

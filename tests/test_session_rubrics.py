@@ -9,17 +9,17 @@ import json
 import orjson
 import pytest
 
-from guardrail.evaluate import Evaluator
+from guardrail.judging.evaluate import Evaluator
 from guardrail.judges.llm import LLMJudge
 from guardrail.judges.protocols import GuardInput
 from guardrail.local.rule_judge import make_verdict
-from guardrail.models import Case
-from guardrail.prompts import render_group_prompt, session_nonce
-from guardrail.rubrics import (default_metrics, default_rubric_dir, load_rubric_dir,
+from guardrail.judging.models import Case
+from guardrail.judging.prompts import render_group_prompt, session_nonce
+from guardrail.judging.rubrics import (default_metrics, default_rubric_dir, load_rubric_dir,
                                session_metrics, session_rubric_dir)
-from guardrail.sessions import Turn, session_case
-from guardrail.sessions.prefix import prefix_share, prompt_text, session_prompts, shared_prefix
-from guardrail.settings import EvaluationSettings
+from guardrail.assembly.sessions import Turn, session_case
+from guardrail.assembly.sessions.prefix import prefix_share, prompt_text, session_prompts, shared_prefix
+from guardrail.config.settings import EvaluationSettings
 
 SESSION = ["bias", "conversation_harm", "multi_turn_jailbreak", "toxicity"]
 RUN = ["bias", "toxicity", "goal_drift", "tool_injection", "unsafe_action"]

@@ -7,17 +7,17 @@ import re
 
 import pytest
 
-from guardrail.evaluate import sampled_result
+from guardrail.judging.evaluate import sampled_result
 from guardrail.judges.llm import JudgeReply, Usage
 from guardrail.local.rule_answers import FIELD_RE
-from guardrail.models import Case
-from guardrail.parsing import BinaryAnswer, parse_group_answer
-from guardrail.prompts import render_group_prompt
-from guardrail.rubrics import session_metrics
-from guardrail.runs.trajectory import render_trajectory
-from guardrail.runs.steps import Step
-from guardrail.sessions import Transcript, Turn, render_transcript, session_case
-from guardrail.sessions.transcript import MIN_CHARS
+from guardrail.judging.models import Case
+from guardrail.judging.parsing import BinaryAnswer, parse_group_answer
+from guardrail.judging.prompts import render_group_prompt
+from guardrail.judging.rubrics import session_metrics
+from guardrail.judging.trajectory import render_trajectory
+from guardrail.assembly.runs.steps import Step
+from guardrail.assembly.sessions import Transcript, Turn, render_transcript, session_case
+from guardrail.assembly.sessions.transcript import MIN_CHARS
 
 T0 = 1_700_000_000_000
 #: Every ``<<<…>>>`` a transcript may hold: the turn marks and a run's tool-result marks.

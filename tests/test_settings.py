@@ -2,7 +2,7 @@ import orjson
 import pytest
 
 from guardrail.errors import ConfigError
-from guardrail.settings import FLAT_NAMES, Settings, load_settings, settings_env
+from guardrail.config.settings import FLAT_NAMES, Settings, load_settings, settings_env
 
 #: Every setting's name as users wrote it before settings were grouped: as
 #: config keys, ``GUARDRAIL_<NAME>`` variables and flags these must keep

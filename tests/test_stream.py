@@ -288,7 +288,7 @@ def test_a_replay_in_two_processes_is_one_replay(stream_env, thread_judge, tmp_p
 
 def test_worker_refuses_topics_with_other_partition_counts(stream_env):
     from guardrail.kafka.topics import ensure_topics
-    from guardrail.settings import load_settings
+    from guardrail.config.settings import load_settings
 
     settings = load_settings(environ={}, bootstrap_servers=stream_env.bootstrap,
                              **stream_env.topics)

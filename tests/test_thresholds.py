@@ -2,7 +2,7 @@
 
 import pytest
 
-from guardrail.thresholds import (GRID, Judged, Target, cuts, curve, display_rows, point_at,
+from guardrail.calibration.thresholds import (GRID, Judged, Target, cuts, curve, display_rows, point_at,
                                   recommend)
 
 # unsafe-labelled: 0.95, 0.7, 0.4 and one failed judgment;

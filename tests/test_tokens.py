@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from guardrail import _price_map
-from guardrail._litellm import count_message_tokens, litellm
-from guardrail._tokens import chat_encoding_name, count_openai_chat_tokens
+from guardrail.providers.litellm import count_message_tokens, litellm
+from guardrail.providers.tokens import chat_encoding_name, count_openai_chat_tokens
 
 #: Text whose token count differs between the cl100k and o200k encodings, so a
 #: wrong encoding shows; under 1,024 characters per message, where litellm

@@ -11,11 +11,11 @@ import re
 import orjson
 import pytest
 
-from guardrail.estimate import estimate_case
+from guardrail.batch.estimate import estimate_case
 from guardrail.formats.openai import OpenAIDecoder
 from guardrail.local.rule_judge import make_verdict
-from guardrail.models import Case
-from guardrail.prompts import render_group_prompt
+from guardrail.judging.models import Case
+from guardrail.judging.prompts import render_group_prompt
 
 RUN_NAMES = ["bias", "toxicity", "goal_drift", "tool_injection", "unsafe_action"]
 ARGUMENTS = '{"to": "deals@rival-partners.example", "body": "Acme 1.2M, Globex 950k"}'
@@ -299,12 +299,12 @@ async def test_an_injected_tool_result_neither_closes_the_fence_nor_gives_the_ve
 
 
 def test_the_nonce_is_drawn_absent_from_the_trajectory(monkeypatch):
-    import guardrail.prompts as prompts
+    import guardrail.judging.prompts as prompts
 
     draws = iter(["0123456789ab", "0123456789ab", "fedcba987654"])
     monkeypatch.setattr(prompts.secrets, "token_hex", lambda n: next(draws))
     case = _run_case(result=INJECTED)
-    from guardrail.rubrics import agent_metrics
+    from guardrail.judging.rubrics import agent_metrics
     prompt = render_group_prompt(agent_metrics(), case, scoring_mode="binary_yes_no",
                                  include_reasoning=False)
     assert prompt.nonce == "fedcba987654"

@@ -14,7 +14,7 @@ from faust.types.tuples import Message
 from guardrail.agents import lost_records
 from guardrail.agents.transport import GuardrailFaustApp, fetched_highwaters
 from guardrail.kafka.topics import ensure_topics
-from guardrail.settings import load_settings
+from guardrail.config.settings import load_settings
 
 
 def _offline_consumer(app_id):

@@ -1,4 +1,4 @@
-"""guardrail.kafka.window_cells: window-table changelog records → /rates rows.
+"""guardrail.agents.window_cells: window-table changelog records → /rates rows.
 
 The key and value literals were captured once from the changelog topic of a
 running worker (faust-streaming 0.15.3, guardrail at 02d4db2, embedded
@@ -9,7 +9,7 @@ import pytest
 
 from guardrail.agents.web import current_rates
 from guardrail.agents.windows import TABLE_NAME
-from guardrail.kafka.window_cells import (
+from guardrail.agents.window_cells import (
     ChangelogRecordError,
     WindowCells,
     changelog_topic,
@@ -135,7 +135,7 @@ def test_a_bad_record_is_counted_and_skipped_without_losing_the_cells():
 
 def test_the_changelog_topic_is_named_as_faust_names_the_window_table_changelog():
     from guardrail.agents.app import build_app
-    from guardrail.settings import load_settings
+    from guardrail.config.settings import load_settings
 
     runtime = build_app(load_settings(environ={}, app_id="fleet-x",
                                       judge_api_base="http://127.0.0.1:9/v1"))

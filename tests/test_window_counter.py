@@ -8,7 +8,7 @@ import pytest
 
 from guardrail.agents.windows import (ReadOrder, UnknownRecords, WindowCounter, count_record,
                                       window_bounds)
-from guardrail.settings import load_settings
+from guardrail.config.settings import load_settings
 from guardrail.stream.alerts import AlertDispatcher
 from guardrail.stream.envelope import Source
 from guardrail.stream.events import JudgmentEvent, encode_bundle

@@ -1,7 +1,7 @@
 """The judge's agreement with its reviewers, live in the worker (review on).
 
 When ``review_users_file`` is set, every worker follows the labels topic from
-its beginning (:class:`~guardrail.kafka.rates_view.TopicFollower` feeding a
+its beginning (:class:`~guardrail.agents.rates_view.TopicFollower` feeding a
 :class:`~guardrail.review.folds.LabelsFold`) and keeps each label in the cell
 of its metric, alerting group and window (by the judged result's event time,
 the window its verdict was counted in), expiring cells as the window table
@@ -13,7 +13,7 @@ does. From memory, at no Kafka request::
 Each row: reviewed counts, weighted precision, recall and specificity with
 Wilson intervals, the window's observed unsafe rate (the group's ``/rates``
 row) and the rate corrected for the judge's sensitivity and specificity
-(:mod:`guardrail.review.agreement` says how). ``/metrics`` carries
+(:mod:`guardrail.stream.agreement` says how). ``/metrics`` carries
 ``guardrail_judge_precision``, ``guardrail_judge_recall`` and
 ``guardrail_reviewed_labels`` per metric and group (no window label: the
 newest window with reviews; at most ``MAX_GAUGE_SERIES`` pairs, the most
@@ -41,13 +41,13 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..kafka.rates_view import TopicFollower
-from ..kafka.window_cells import stale_before
-from ..review.agreement import (CellKey, Confusion, Corrected, agreement_row, cell_of,
+from .rates_view import TopicFollower
+from .window_cells import stale_before
+from ..stream.agreement import (CellKey, Confusion, Corrected, agreement_row, cell_of,
                                 corrected_rate, group_of)
 from ..review.folds import LabelsFold
 from ..review.records import LabelRecord
-from ..settings import AlertRule, Settings
+from ..config.settings import AlertRule, Settings
 from ..stream.alerts import AlertDispatcher, Cooldown, rule_for
 from ..stream.envelope import utc_iso
 from ..stream.telemetry import Telemetry

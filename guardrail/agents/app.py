@@ -32,18 +32,18 @@ from pathlib import Path
 import faust
 import orjson
 
-from ..evaluate import build_evaluator
+from ..judging.evaluate import build_evaluator
 from ..judges.llm import Judge
 from ..kafka.clients import resolve_bootstrap, ssl_context
-from ..kafka.rates_view import RatesView
-from ..settings import Settings
+from .rates_view import RatesView
+from ..config.settings import Settings
 from ..stream.alerts import AlertDispatcher, Sender
 from ..stream.budget import check_budget_prices
 from ..stream.otel_export import evaluation_exporter
 from ..stream.processing import MessageJudge
 from ..stream.telemetry import Telemetry
 from ..formats import build_decoder
-from ..runs.routing import RunRouter
+from ..assembly.runs.routing import RunRouter
 from . import (agreement, dashboard, judging, kafka_trouble, liveness, review, run_assembly,
                sampling, session_assembly, web, windows)
 from .runtime import GuardrailApp, WorkerRuntime

@@ -1,6 +1,6 @@
 """The assembler: items of a whole in, one judged case per whole out — the one
 mechanism behind agent runs (spans by trace id) and sessions (turns by
-conversation id); what differs is a :class:`~guardrail.assembly.Gathering`.
+conversation id); what differs is a :class:`~guardrail.assembly.base.Gathering`.
 
 The judging agent sends each item to an internal topic keyed by the whole's
 key, so one worker owns each whole whatever partition its items came in on.
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..assembly import Gathering
+from ..assembly.base import Gathering
 from ..stream.envelope import Source
 from ..stream.event_time import now_ms
 from ..stream.item_bundles import BUNDLE_KIND, read_bundle

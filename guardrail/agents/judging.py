@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from faust.types import TP
 
-from ..assembly import RUN_SPAN_HEADERS, TURN_HEADERS
+from ..assembly.base import RUN_SPAN_HEADERS, TURN_HEADERS
 from ..errors import JudgeConfigError
 from ..stream.envelope import Source
 from ..stream.item_bundles import bundle_items

@@ -31,7 +31,7 @@ from aiohttp import web
 from faust.web import View
 
 from ..errors import ConfigError
-from ..kafka.rates_view import TopicFollower
+from .rates_view import TopicFollower
 from ..review.access import (LOGIN_COOKIE, SESSION_COOKIE, Gate, Identity, Refused, safe_next,
                              wants_html)
 from ..review.auth import Users

@@ -1,10 +1,10 @@
 """The run assembler: spans of AI agents' runs in, one judged case per run out.
 
 The judging agent sends every span of an agent run (see
-:mod:`guardrail.runs.routing`) to the internal topic ``<app_id>-run-spans``,
+:mod:`guardrail.assembly.runs.routing`) to the internal topic ``<app_id>-run-spans``,
 keyed by trace id; the generic assembler (:mod:`.assembly`) keeps each open
 run in the table ``agent-runs`` (``h/<trace>`` its header, ``s/<trace>/<span>``
-each span) with the run rules of :class:`guardrail.runs.gathering.RunGathering`:
+each span) with the run rules of :class:`guardrail.assembly.runs.gathering.RunGathering`:
 a span is added once, a span for a run already judged is counted as late, a
 run is judged once when complete, idle or truncated (records marked by the
 header ``guardrail-run``: ``span``, ``tick``, ``done``).
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..formats import CaseDecoder
-from ..runs.gathering import RunGathering
+from ..assembly.runs.gathering import RunGathering
 from ..stream.processing import MessageJudge
 from .assembly import Assembler, register_assembly
 

@@ -22,13 +22,13 @@ from mode.utils.futures import maybe_cancel
 from mode.utils.logging import DEFAULT_FORMAT, DefaultFormatter
 from mode.utils.times import want_seconds
 
-from .._litellm import litellm, price_tokens
+from ..providers.litellm import litellm, price_tokens
 from ..judges.cascade import escalation_judge_settings
 from ..judges.transports import uses_direct_http
 from ..kafka.cluster_facts import (ClusterFacts, cluster_facts, describe, replication_warnings,
                                    settled, worker_topic_replicas)
 from ..kafka.topics import ensure_topics, review_topics, topic_plan
-from ..settings import JudgeSettings, KafkaSettings, Settings
+from ..config.settings import JudgeSettings, KafkaSettings, Settings
 from .app import runs_assembled
 from .run_assembly import run_spans_topic
 from .session_assembly import session_turns_topic, sessions_assembled

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..kafka.rates_view import RatesView
-from ..settings import Settings
+from .rates_view import RatesView
+from ..config.settings import Settings
 from ..stream.alerts import AlertDispatcher
 from ..stream.processing import MessageJudge
 from ..stream.telemetry import Telemetry
@@ -75,7 +75,7 @@ class WorkerRuntime:
 
     The runtime's own :meth:`start` is a Faust task: it runs once the worker
     is up (tables recovered) and starts the group's rates view
-    (:class:`~guardrail.kafka.rates_view.RatesView`, behind ``/rates``), a
+    (:class:`~guardrail.agents.rates_view.RatesView`, behind ``/rates``), a
     changelog follower that runs beside the agents until :meth:`close`.
 
     :meth:`close` therefore, in this order: stops the rates view (nothing

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..settings import Settings
+from ..config.settings import Settings
 from ..stream.budget import BudgetGovernor, Notify, check_budget_prices
 from ..stream.sampling import Sampler
 from ..stream.telemetry import Telemetry

@@ -6,7 +6,7 @@ topic ``<app_id>-session-turns`` keyed by the session id
 (:mod:`guardrail.stream.session_turns`); the generic assembler
 (:mod:`.assembly`) keeps each session in the table ``sessions``
 (``h/<session>`` its header, ``t/<session>/<turn>`` each turn) with the rules
-of :class:`guardrail.sessions.gathering.SessionGathering`: a turn is added once,
+of :class:`guardrail.assembly.sessions.gathering.SessionGathering`: a turn is added once,
 the session is judged every ``session_judge_every`` turns, at once when a turn
 was flagged, once more when it goes quiet (closed), and again when it resumes
 (records marked by the header ``guardrail-session``: ``turn``, ``tick``, ``done``).
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..sessions.gathering import SessionGathering
-from ..settings import Settings
+from ..assembly.sessions.gathering import SessionGathering
+from ..config.settings import Settings
 from .assembly import register_assembly
 from .run_assembly import assembled_judge
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..kafka.window_cells import sort_rows, window_row
+from .window_cells import sort_rows, window_row
 from ..stream.alerts import WindowCounts
 from ..stream.telemetry import CONTENT_TYPE_LATEST
 from .kafka_trouble import trouble_now

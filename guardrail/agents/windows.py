@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import faust
 
-from ..kafka.window_cells import changelog_topic, live_horizon_seconds
-from ..settings import AlertRule, WindowSettings
+from .window_cells import changelog_topic, live_horizon_seconds
+from ..config.settings import AlertRule, WindowSettings
 from ..stream.alerts import AlertDispatcher, Cooldown, WindowCounts, check_rule, rule_for
 from ..stream.dedup import Ledger
 from ..stream.envelope import utc_iso

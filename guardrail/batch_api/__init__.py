@@ -7,7 +7,7 @@ backoff, and each answer is parsed as a synchronous one would be. A state file
 keeps every chunk's batch id, so a restart resumes polling instead of paying
 twice::
 
-    from guardrail.batch_api.run import run_batch_api
+    from guardrail.batch.batch_api import run_batch_api
     summary, stats = await run_batch_api(cases, settings=settings, output_dir=Path("out"))
 
 - :mod:`~guardrail.batch_api.settings`: ``batch_*`` settings (chunk limits, polling, discount).
@@ -18,7 +18,7 @@ twice::
 - :mod:`~guardrail.batch_api.state`: the state file (atomic writes).
 - :mod:`~guardrail.batch_api.collector`: the judge transport, chunks and polling.
 - :mod:`~guardrail.batch_api.results`: output and error files into answers and errors.
-- :mod:`~guardrail.batch_api.run`: ``run --batch-api``, the endpoint and the batch price.
+- :mod:`~guardrail.batch.batch_api`: ``run --batch-api``, the endpoint and the batch price.
 
 Nothing is imported here: the settings import this package's settings module.
 """

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .._litellm import litellm
+from ..providers.litellm import litellm
 from ..judges.answers import Completion
 from ..judges.transports import completion_from_response
 from .results import BatchRequestError, keyed_lines, not_run, short

@@ -33,9 +33,9 @@ import aiohttp
 import orjson
 
 from ..errors import JudgeConfigError, JudgeError
-from ..settings import JudgeSettings
+from ..config.settings import JudgeSettings
 from ..judges.transports import Completion, chat_body
-from ..prompts import FENCE_LINE
+from ..judging.prompts import FENCE_LINE
 from .api import BatchAPI
 from .client import BatchHTTPError
 from .results import BatchRequestError
@@ -54,7 +54,7 @@ _FENCE = re.compile(re.escape(FENCE_LINE.encode()) + rb"([0-9a-f]{8,64})")
 
 def request_id(body: dict[str, Any]) -> str:
     """The ``custom_id`` of a request: a hash of its body without the fence
-    token. The token is drawn afresh for every call (:mod:`guardrail.prompts`),
+    token. The token is drawn afresh for every call (:mod:`guardrail.judging.prompts`),
     so a rerun's body differs in it alone; without it the same case asks the
     same request, and a rerun finds it in the state file."""
     raw = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)

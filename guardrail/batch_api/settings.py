@@ -1,7 +1,7 @@
 """The ``batch_api`` settings group (flat names ``batch_max_requests``,
 ``batch_max_bytes``, ``batch_gather_seconds``, ``batch_poll_seconds``,
 ``batch_poll_max_seconds``, ``batch_completion_window``, ``batch_discount``);
-part of :class:`guardrail.settings.Settings`, kept beside the batch path it
+part of :class:`guardrail.config.settings.Settings`, kept beside the batch path it
 configures (``run --batch-api``)."""
 
 from __future__ import annotations

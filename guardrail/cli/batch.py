@@ -11,16 +11,16 @@ from typing import Any
 import click
 import orjson
 
-from .._litellm import cached_input_price
-from ..batch import (EXIT_PASS, GATE_EXIT_CODES, NOTHING_JUDGED_EXIT, BatchSummary,
+from ..providers.litellm import cached_input_price
+from ..batch.run import (EXIT_PASS, GATE_EXIT_CODES, NOTHING_JUDGED_EXIT, BatchSummary,
                      report_folder, run_batch)
-from ..estimate import estimate_cases
-from ..evaluate import build_evaluator
+from ..batch.estimate import estimate_cases
+from ..judging.evaluate import build_evaluator
 from ..formats import build_decoder
 from ..formats.settings import INPUT_FORMATS
-from ..inputs import InputRead, read_inputs
-from ..models import dumps
-from ..settings import Settings, load_settings
+from ..formats.reader import InputRead, read_inputs
+from ..judging.models import dumps
+from ..config.settings import Settings, load_settings
 from .estimate_view import estimate_json, print_estimate
 from .progress import Progress
 
@@ -168,7 +168,7 @@ def batch_api_options(func: Any) -> Any:
 
 def _run_batch_api(cases: Any, settings: Settings, folder: Path, report: str, problems: Any,
                    batch_state: str | None, update: Any) -> BatchSummary:
-    from ..batch_api.run import run_batch_api  # only a batch run needs it
+    from ..batch.batch_api import run_batch_api  # only a batch run needs it
 
     summary, stats = asyncio.run(run_batch_api(
         cases, settings=settings, output_dir=folder, report=report, problems=problems,
@@ -275,7 +275,7 @@ def estimate_redteam(input_path: str, limit: int | None, sample_rate: float, as_
     """Render the real judge prompts, count tokens with litellm and price them."""
     settings = settings_from_flags(**flags)
     if batch_api:
-        from ..batch_api.run import batch_settings
+        from ..batch.batch_api import batch_settings
 
         settings = batch_settings(settings)
         judge = settings.judge

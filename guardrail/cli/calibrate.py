@@ -8,7 +8,7 @@ where to put each metric's verdict threshold.
 ``--labels-topic`` reads the reviewers' labels straight from the labels topic
 (default: the ``labels_topic`` setting); each label becomes the line
 ``guardrail labels export`` would write and goes through the same reader as a
-file (:func:`guardrail.labels.read_label_rows`), so both give one report.
+file (:func:`guardrail.calibration.labels.read_label_rows`), so both give one report.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from typing import Any
 
 import click
 
-from ..calibrate import (CalibrationReport, LabelledCase, MetricReport, calibrate,
+from ..calibration.calibrate import (CalibrationReport, LabelledCase, MetricReport, calibrate,
                          default_labels_path, read_labels, write_report)
 from ..errors import InputError
 from ..formats import build_decoder
-from ..labels import read_label_rows
-from ..models import dumps
-from ..thresholds import Target, display_rows, recommend
+from ..calibration.labels import read_label_rows
+from ..judging.models import dumps
+from ..calibration.thresholds import Target, display_rows, recommend
 from .batch import input_format_options, settings_from_flags, settings_options
 from .progress import Progress
 

@@ -1,4 +1,4 @@
-"""How ``estimate redteam`` shows an :class:`~guardrail.estimate.EstimateReport`.
+"""How ``estimate redteam`` shows an :class:`~guardrail.batch.estimate.EstimateReport`.
 
     print_estimate(report, settings, click.echo)     # the table and the totals
     estimate_json(report, settings)                  # the same as a JSON-ready dict
@@ -10,9 +10,9 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from ..estimate import OPENAI_MIN_CACHED_PROMPT, EscalationEstimate, EstimateReport
-from ..estimate_guard import NOT_PRICED_BY_TOKEN
-from ..settings import Settings
+from ..batch.estimate import OPENAI_MIN_CACHED_PROMPT, EscalationEstimate, EstimateReport
+from ..batch.estimate_guard import NOT_PRICED_BY_TOKEN
+from ..config.settings import Settings
 
 __all__ = ["estimate_json", "print_estimate"]
 

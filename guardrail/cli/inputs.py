@@ -37,8 +37,8 @@ import orjson
 
 from ..formats import build_decoder
 from ..formats.base import InputDecoder
-from ..inputs import parse_records
-from ..settings import Settings
+from ..formats.reader import parse_records
+from ..config.settings import Settings
 from ..stream.envelope import BadInput, DecodedRecord, InputMessage, Source, decode_record
 from .batch import input_format_options, settings_from_flags, settings_options
 from .inputs_runs import RunCollector, run_text, span_counts
@@ -122,7 +122,7 @@ def _decoder(settings: Settings) -> InputDecoder:
     spans of agent runs out of the records (as ``run_spans``) instead of judging them."""
     runs = None
     if settings.inputs.input_format == "otlp" and settings.runs.agent_runs:
-        from ..runs.routing import RunRouter
+        from ..assembly.runs.routing import RunRouter
 
         runs = RunRouter()
     return build_decoder(settings.inputs, settings.sessions, runs=runs)

@@ -23,10 +23,10 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..runs.assembly import RunBook, RunHeader, RunLimits
-from ..runs.case import NO_FINAL_ANSWER, root_span, run_case
-from ..runs.settings import RunSettings
-from ..runs.spans import RunSpan
+from ..assembly.runs.assembly import RunBook, RunHeader, RunLimits
+from ..assembly.runs.case import NO_FINAL_ANSWER, root_span, run_case
+from ..assembly.runs.settings import RunSettings
+from ..assembly.runs.spans import RunSpan
 
 __all__ = ["RunCollector", "run_text", "span_counts", "printable"]
 

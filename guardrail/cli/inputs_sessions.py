@@ -25,12 +25,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..sessions.book import SessionBook, SessionHeader, SessionLimits
-from ..sessions.case import session_case
-from ..sessions.gathering import session_block
-from ..sessions.settings import SessionSettings
-from ..sessions.transcript import ordered_turns
-from ..sessions.turns import Turn
+from ..assembly.sessions.book import SessionBook, SessionHeader, SessionLimits
+from ..assembly.sessions.case import session_case
+from ..assembly.sessions.gathering import session_block
+from ..assembly.sessions.settings import SessionSettings
+from ..assembly.sessions.transcript import ordered_turns
+from ..assembly.sessions.turns import Turn
 from ..stream.envelope import BadInput, InputMessage, Source, message_from_case
 from ..stream.session_turns import turn_of
 from .inputs_runs import printable

@@ -4,9 +4,9 @@
                     help="Port of the worker's HTTP pages.")
 
 ``--help`` reads ``[default: 6066]``: the default of the ``web_port`` setting,
-taken from :class:`~guardrail.settings.Settings`, so help and code cannot
+taken from :class:`~guardrail.config.settings.Settings`, so help and code cannot
 disagree. A flag the user did not give still reaches the command as None, and
-:func:`~guardrail.settings.load_settings` then keeps what the config file or a
+:func:`~guardrail.config.settings.load_settings` then keeps what the config file or a
 ``GUARDRAIL_*`` variable set: a given flag overrides both, a default must not.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from ..settings import FLAT_NAMES, Settings
+from ..config.settings import FLAT_NAMES, Settings
 
 __all__ = ["setting_option", "setting_default"]
 

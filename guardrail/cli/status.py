@@ -22,7 +22,7 @@ from typing import Any
 import click
 import orjson
 
-from ..settings import load_settings
+from ..config.settings import load_settings
 from .progress import format_duration
 
 __all__ = ["status_command", "status_lines", "worker_health"]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from ..inputs import parse_records
+from ..formats.reader import parse_records
 from ..kafka.broker import DEFAULT_PORT, EmbeddedBroker
 from ..kafka.io import produce_records, tail_records
 from ..kafka.topics import ensure_topics
@@ -23,7 +23,7 @@ from .options import setting_option
 from .progress import Progress
 
 if TYPE_CHECKING:  # replay pulls in the judge (litellm): imported when the command runs
-    from ..kafka.replay import ReplaySummary
+    from ..replay.backfill import ReplaySummary
 
 __all__ = ["register"]
 
@@ -146,8 +146,8 @@ def rates_command(app_id: str | None, metrics: tuple[str, ...], as_json: bool, t
                   **flags: Any) -> None:
     """Windowed unsafe rates of the whole consumer group, newest window first; with the
     judge's agreement with reviewers and the corrected rate where labels exist."""
-    from ..kafka.rates_view import read_rates
-    from ..kafka.window_cells import changelog_topic
+    from ..agents.rates_view import read_rates
+    from ..agents.window_cells import changelog_topic
     from .rates import rates_table
 
     settings = _settings(**flags)
@@ -177,9 +177,9 @@ def _agreement(settings: Any, rows: list[dict[str, Any]], metrics: tuple[str, ..
                timeout: float) -> list[dict[str, Any]]:
     """The reviewers' agreement with the judge per window (``/agreement`` rows),
     from the labels topic read once; [] when it is missing or empty."""
-    from ..kafka.rates_view import RatesUnavailable
-    from ..kafka.window_cells import stale_before
-    from ..review.agreement import agreement_rows
+    from ..agents.rates_view import RatesUnavailable
+    from ..agents.window_cells import stale_before
+    from ..stream.agreement import agreement_rows
     from ..review.labels_topic import read_labels_topic
 
     try:
@@ -228,7 +228,7 @@ def replay_command(start: str, end: str | None, topic: str | None, results_topic
                    quiet: bool, processes: int, batch_api: bool, batch_state: str | None,
                    **flags: Any) -> None:
     """Re-judge a time range of a topic, then stop."""
-    from ..kafka.replay import replay
+    from ..replay.backfill import replay
 
     if processes > 1 and (batch_api or sample_rate is not None):
         raise click.UsageError("--processes runs in one process with --batch-api (one state "
@@ -245,7 +245,7 @@ def replay_command(start: str, end: str | None, topic: str | None, results_topic
     if batch_api:
         summary = _replay_batch_api(settings, batch_state, args)
     elif processes > 1:
-        from ..kafka.replay_processes import replay_in_processes
+        from ..replay.processes import replay_in_processes
 
         del args["sample_rate"]  # refused above
         summary = replay_in_processes(settings, processes=processes, **args)
@@ -256,7 +256,7 @@ def replay_command(start: str, end: str | None, topic: str | None, results_topic
 
 
 def _replay_batch_api(settings: Any, batch_state: str | None, args: dict[str, Any]) -> Any:
-    from ..batch_api.replay import replay_batch_api  # only a batch replay needs it
+    from ..replay.batch_api import replay_batch_api  # only a batch replay needs it
 
     summary, stats = asyncio.run(replay_batch_api(
         settings, state_path=Path(batch_state) if batch_state else None,

@@ -10,7 +10,7 @@
 - :mod:`.truth` compares the verdicts with the samples' truth labels;
 - ``samples.jsonl`` holds the built-in answers of two assistant versions.
 
-Its Kafka side (publish, follow) is :mod:`guardrail.kafka.demo_stream`.
+Its Kafka side (publish, follow) is :mod:`guardrail.demo.stream`.
 """
 
 from .display import alert_lines, result_line

@@ -32,8 +32,8 @@ import orjson
 from .._processes import Child, free_port, guardrail_argv, wait_for_port
 from ..errors import ConfigError, GuardrailError
 from ..kafka.broker import EmbeddedBroker
-from ..kafka.demo_stream import DemoStream
-from ..settings import AlertRule, Settings, settings_env
+from .stream import DemoStream
+from ..config.settings import AlertRule, Settings, settings_env
 from .judge_status import JudgeWatch
 from .screen import Screen
 from .truth import JUDGE_NOTES, agreement

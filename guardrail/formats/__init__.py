@@ -27,8 +27,8 @@ from .base import Decoded, Headers, InputDecoder, Notice, UndecodableRecord, loa
 from .case import CaseDecoder
 
 if TYPE_CHECKING:
-    from ..sessions.settings import SessionSettings
-    from ..settings import InputSettings
+    from ..assembly.sessions.settings import SessionSettings
+    from ..config.settings import InputSettings
 
 __all__ = ["Decoded", "Headers", "InputDecoder", "Notice", "UndecodableRecord", "load_json",
            "CaseDecoder", "build_decoder"]
@@ -40,7 +40,7 @@ def build_decoder(inputs: InputSettings, sessions: SessionSettings | None = None
     :class:`~guardrail.errors.ConfigError` here, at startup). For ``otlp``:
     ``sessions.session_association_keys`` are the OpenLLMetry association
     properties read as a conversation id (their default without ``sessions``),
-    and ``runs`` a :class:`~guardrail.runs.routing.RunRouter` when agent runs are
+    and ``runs`` a :class:`~guardrail.assembly.runs.routing.RunRouter` when agent runs are
     assembled (their spans then come out as ``run_spans``)."""
     if inputs.input_format == "otlp":
         from .otlp import OtlpDecoder

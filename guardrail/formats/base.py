@@ -15,7 +15,7 @@ reason (it goes to the DLQ); a record that is readable but holds nothing to
 judge returns no cases and counts why in ``skipped`` (never the DLQ).
 
 The case schema of the dicts (every key optional but ``output`` or
-``messages``; see :class:`guardrail.models.Case`): ``case_id``, ``output``,
+``messages``; see :class:`guardrail.judging.models.Case`): ``case_id``, ``output``,
 ``input``, ``context``, ``reference``, ``messages`` (``[{"role": ..,
 "content": str | parts}]``), ``timestamp`` (epoch ms, s or ISO-8601),
 ``metadata`` (label → scalar), ``redteam``, and ``trace``
@@ -58,7 +58,7 @@ class Decoded:
     #: ``unreadable_content``, ``tool_calls`` …): counted on ``/metrics``, never DLQ'd.
     skipped: dict[str, int] = field(default_factory=dict)
     notices: tuple[Notice, ...] = ()
-    #: Spans of agent runs (:class:`guardrail.runs.RunSpan`), assembled into
+    #: Spans of agent runs (:class:`guardrail.assembly.runs.RunSpan`), assembled into
     #: runs elsewhere and judged once per run (``otlp`` with ``agent_runs``).
     run_spans: tuple[Any, ...] = ()
 

@@ -16,7 +16,7 @@ Every choice is a case::
 - ``output``: the choice's message text (string content, text parts, or the
   refusal); ``messages``: the request's messages, the conversation leading up
   to it (``input`` and ``conversation`` follow, see
-  :mod:`guardrail.formats.conversation`).
+  :mod:`guardrail.judging.conversation`).
 - ``case_id``: the record's ``case_id``, else the response ``id``; with more
   than one choice, ``:<index>`` is appended.
 - ``timestamp``: the record's, else the response's ``created`` (seconds).
@@ -30,7 +30,7 @@ Every choice is a case::
 
 The request's messages pass through as logged, tool calls with their
 arguments and ``role: tool`` results included: an agent loop's log gives its
-case a ``trajectory`` (see :mod:`guardrail.formats.conversation`). A choice
+case a ``trajectory`` (see :mod:`guardrail.judging.conversation`). A choice
 with text that also calls tools adds its own message after them, so the calls
 it makes are part of the run judged.
 
@@ -49,7 +49,7 @@ from typing import Any
 from pydantic_core import PydanticCustomError
 
 from .base import Decoded, Headers, UndecodableRecord, json_type, load_json
-from .conversation import message_text
+from ..judging.conversation import message_text
 
 __all__ = ["OpenAIDecoder"]
 

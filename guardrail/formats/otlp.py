@@ -97,7 +97,7 @@ class OtlpDecoder:
         for label, names in (labels or {}).items():
             merged[str(label)] = (names,) if isinstance(names, str) else tuple(map(str, names))
         self.labels: dict[str, tuple[str, ...]] = merged
-        #: With a :class:`guardrail.runs.routing.RunRouter`, spans of agent runs
+        #: With a :class:`guardrail.assembly.runs.routing.RunRouter`, spans of agent runs
         #: come out as ``run_spans`` (not judged span by span).
         self.runs = runs
         #: Each span's conversation id, remembered per trace across records.
@@ -150,7 +150,7 @@ class OtlpDecoder:
 
     def _run_spans(self, spans: list[list[Any]]) -> list[Any]:
         """Take the spans of agent runs out of ``spans`` (their slot set to None)
-        as :class:`~guardrail.runs.RunSpan`: two passes, so an agent span later
+        as :class:`~guardrail.assembly.runs.RunSpan`: two passes, so an agent span later
         in the record claims the earlier spans of its trace too."""
         if self.runs is None:
             return []

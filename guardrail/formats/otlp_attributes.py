@@ -1,7 +1,7 @@
 """OTLP attributes as plain Python, and the metadata labels read from them.
 
 Shared by the per-span ``otlp`` format (:mod:`.otlp`) and agent runs
-(:mod:`guardrail.runs`)::
+(:mod:`guardrail.assembly.runs`)::
 
     attrs = _attributes(span.attributes)      # {"gen_ai.request.model": "gpt-4o", ...}
     _label_values(DEFAULT_LABELS, attrs, resource)   # {"model": "gpt-4o", ...}

@@ -18,10 +18,10 @@ that said it, or a parent that ended before its children did)::
 A child exported *before* the span that carries its trace's id (spans are
 exported as they end, children first) cannot know it yet: it is judged as a
 turn of no conversation. Agent runs do not have that gap: a run's case is made
-once all its spans are in (:func:`guardrail.runs.run_case`).
+once all its spans are in (:func:`guardrail.assembly.runs.run_case`).
 
 The memory of traces is bounded, the least recently seen forgotten first (as
-:class:`guardrail.runs.routing.RunRouter`'s).
+:class:`guardrail.assembly.runs.routing.RunRouter`'s).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The ``inputs`` settings group (flat names ``input_format``, ``input_mapping``,
 ``otlp_labels``, ``conversation_max_chars``, ``otlp_endpoint``); part of
-:class:`guardrail.settings.Settings`, kept beside the formats it configures."""
+:class:`guardrail.config.settings.Settings`, kept beside the formats it configures."""
 
 from __future__ import annotations
 

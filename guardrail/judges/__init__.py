@@ -16,7 +16,7 @@ into the rubric judge's reply types, metric by metric::
   (retries, timeouts, repair, log-probabilities) and its reply types.
 - :mod:`~guardrail.judges.transports`: litellm or direct HTTP to an
   OpenAI-compatible server.
-- :mod:`~guardrail.judges.probability`: P(UNSAFE) from token log-probabilities.
+- :mod:`~guardrail.judging.probability`: P(UNSAFE) from token log-probabilities.
 - :mod:`~guardrail.judges.cascade`: a second judge for the unsure (or flagged,
   or uncovered) judgments.
 - :mod:`~guardrail.judges.protocols`: one module per guard protocol (request,

@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from .probability import AnswerToken, read_logprobs
+from ..judging.probability import AnswerToken, read_logprobs
 
 __all__ = ["Completion", "HTTPStatusError", "decode_completion", "completion_from_json",
            "answer_object"]

@@ -43,7 +43,7 @@ from pydantic import BaseModel, SecretStr, field_validator
 from .._settings_groups import GROUP_CONFIG
 from .._tasks import gather_or_cancel
 from ..errors import ConfigError, JudgeConfigError
-from ..models import Case, MetricResult, MetricRubric
+from ..judging.models import Case, MetricResult, MetricRubric
 
 __all__ = ["EscalationSettings", "Cascade", "escalation_judge_settings"]
 

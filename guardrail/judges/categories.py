@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError
-from ..rubrics import default_rubric_dir
+from ..judging.rubrics import default_rubric_dir
 from .protocols.base import GuardCoverageError, GuardVerdict, Label
 
 __all__ = ["CategoryMap", "CategoryMapError", "MetricVerdict", "load_category_map",

@@ -58,10 +58,10 @@ import orjson
 from .._tasks import gather_or_cancel
 from ..errors import ConfigError, JudgeConfigError, JudgeError
 from .llm import GroupReply, JudgeReply, LLMJudge, Usage
-from ..models import Case, MetricRubric, ScoringMode
-from ..parsing import BinaryAnswer, answer_model
-from ..prompts import JudgePrompt
-from ..settings import JudgeSettings
+from ..judging.models import Case, MetricRubric, ScoringMode
+from ..judging.parsing import BinaryAnswer, answer_model
+from ..judging.prompts import JudgePrompt
+from ..config.settings import JudgeSettings
 from .transports import Transport
 from .categories import CategoryMap, MetricVerdict, load_category_map
 from .protocols import (GuardAnswerError, GuardCoverageError, GuardInput, GuardProtocol,

@@ -23,7 +23,7 @@ metrics whose entries were invalid are asked again, and only those carry an
 error if the repair fails.
 
 With ``judge_logprobs`` (default) each reply also carries P(UNSAFE) read
-from the answer's token log-probabilities (:mod:`guardrail.judges.probability`;
+from the answer's token log-probabilities (:mod:`guardrail.judging.probability`;
 after a repair retry, from the repaired answer's tokens)::
 
     reply.probability        # 0.81, or None when the provider sent none
@@ -44,14 +44,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .._litellm import price_tokens
+from ..providers.litellm import price_tokens
 from ..errors import JudgeAnswerError, JudgeConfigError, JudgeError, JudgeUnavailable
-from ..models import ScoringMode
-from ..parsing import (BinaryAnswer, group_response_schema, parse_answer, parse_group_answer,
+from ..judging.models import ScoringMode
+from ..judging.parsing import (BinaryAnswer, group_response_schema, parse_answer, parse_group_answer,
                       response_schema)
-from .probability import AnswerTokens, Reading
-from ..prompts import JudgePrompt
-from ..settings import JudgeSettings
+from ..judging.probability import AnswerTokens, Reading
+from ..judging.prompts import JudgePrompt
+from ..config.settings import JudgeSettings
 from .transports import Completion, Transport, make_transport, status_of
 
 __all__ = ["Judge", "JudgeReply", "GroupReply", "Usage", "LLMJudge", "LiteLLMJudge"]
@@ -203,7 +203,7 @@ class LLMJudge:
 
     async def judge_group(self, prompt: JudgePrompt, *, scoring_mode: ScoringMode,
                           include_reasoning: bool) -> GroupReply:
-        """Judge every metric of a :func:`~guardrail.prompts.render_group_prompt` prompt
+        """Judge every metric of a :func:`~guardrail.judging.prompts.render_group_prompt` prompt
         in one call. Raises :class:`JudgeError` (with ``.usage``) only when no
         answer came back at all; a bad entry is that metric's error."""
         metrics, usage = prompt.metrics, Usage()

@@ -3,7 +3,7 @@
 A :class:`Transport` sends one chat request and says how its failures count;
 the judge (:class:`guardrail.judges.llm.LLMJudge`) adds retries, the repair retry,
 pricing and the concurrency limit on top. :func:`make_transport` picks one,
-once, from :class:`~guardrail.settings.JudgeSettings`::
+once, from :class:`~guardrail.config.settings.JudgeSettings`::
 
     transport = make_transport(settings.judge)      # "litellm" or "http"
     completion = await transport.complete(messages, response_format)
@@ -37,13 +37,13 @@ from typing import Any, Protocol
 import aiohttp
 import orjson
 
-from .._litellm import litellm
+from ..providers.litellm import litellm
 from ..errors import ConfigError
 from .answers import (Completion, HTTPStatusError, _count, answer_object, completion_from_json,
                       decode_completion)
 from .http1 import HTTP1Client, HTTPConnectionError
-from .probability import TOP_LOGPROBS, read_logprobs
-from ..settings import JudgeSettings
+from ..judging.probability import TOP_LOGPROBS, read_logprobs
+from ..config.settings import JudgeSettings
 
 __all__ = ["Completion", "Transport", "LiteLLMTransport", "HTTPTransport", "HTTPStatusError",
            "OpenAICompatibleClient", "make_transport", "uses_direct_http", "status_of",

@@ -13,7 +13,7 @@ million), each a seek and a fetch on the caller's consumer::
 
 Timestamps of one partition are taken as non-decreasing (a changelog is
 written by one worker at a time, stamped by its producer); callers leave
-slack for clocks (:func:`guardrail.kafka.window_cells.live_horizon_seconds`).
+slack for clocks (:func:`guardrail.agents.window_cells.live_horizon_seconds`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.protocol.metadata import MetadataRequest
 
 from ..errors import ConfigError
-from ..settings import KafkaSettings, ReviewSettings
+from ..config.settings import KafkaSettings, ReviewSettings
 from .clients import check_reachable, client_options
 
 __all__ = ["TopicMismatch", "topic_plan", "review_topics", "ensure_topics", "partition_counts",

@@ -32,7 +32,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..judges.probability import locate_value
+from ..judging.probability import locate_value
 from .rule_answers import answer_shape, parse_prompt, requested_metrics
 
 __all__ = ["DEFAULT_CONFIDENCE", "probability_for", "steer_answer", "choice_logprobs",

@@ -4,7 +4,7 @@ Each record guardrail writes to Kafka gets its topic setting (with its
 default), its Kafka key, a table per object (name, type, whether the key is
 always there, description) and an example. The tables come from the models'
 fields: :mod:`guardrail.stream.schemas` for the records written as plain dicts,
-:mod:`guardrail.models` for the spec's part of a result and
+:mod:`guardrail.judging.models` for the spec's part of a result and
 :mod:`guardrail.review.records` for the review topics.
 ``tests/test_reference_records.py`` validates records of the real producers
 and the examples below against the same models, unknown keys refused::
@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from ..review.records import LabelRecord, ReviewItem
 from ..review.settings import ReviewSettings
-from ..settings import KafkaSettings, Settings
+from ..config.settings import KafkaSettings, Settings
 from ..stream.alert_schemas import AgreementAlert, BudgetAlert, RegressionAlert
 from ..stream.schemas import DlqRecord, JudgmentBundle, ResultRecord, WireRecord
 from ._markdown import md_table, models_in
@@ -200,7 +200,7 @@ _INTRO = """\
 Every record guardrail writes to Kafka, with the setting that names its topic,
 its key and its fields. Values are UTF-8 JSON objects. This page is generated
 from the code: from the models in `guardrail.stream.schemas` (for the records
-written as plain dicts), `guardrail.models` and `guardrail.review.records`. The
+written as plain dicts), `guardrail.judging.models` and `guardrail.review.records`. The
 test suite validates records made by the real producers against the same
 models, refusing any key they do not describe.
 

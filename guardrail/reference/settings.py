@@ -1,6 +1,6 @@
 """The settings reference (``reference/settings.md``), built from the settings models.
 
-One section per group of :class:`~guardrail.settings.Settings`, each setting with
+One section per group of :class:`~guardrail.config.settings.Settings`, each setting with
 its flat name, ``GUARDRAIL_*`` variable, type, default and description (the
 field's docstring); then the blocks that list settings hold (``alert_rules``,
 ``sample_rules``), and an example config file with the same settings as
@@ -26,7 +26,7 @@ from pydantic import BaseModel, SecretStr, TypeAdapter
 from pydantic.fields import FieldInfo
 
 from ._markdown import md_table, models_in
-from ..settings import (_GROUPS, _JSON_FIELDS, _LIST_FIELDS, _SECRETS, ENV_PREFIX, FLAT_NAMES,
+from ..config.settings import (_GROUPS, _JSON_FIELDS, _LIST_FIELDS, _SECRETS, ENV_PREFIX, FLAT_NAMES,
                         env_text)
 
 __all__ = ["settings_page", "nested_models"]
@@ -67,7 +67,7 @@ def nested_models() -> list[type[BaseModel]]:
 def _how_read() -> str:
     env = f"`{ENV_PREFIX}<NAME>`"
     return f"""Every setting guardrail has, generated from the settings models in
-`guardrail/settings.py` and the modules it gathers.
+`guardrail/config/settings.py` and the modules it gathers.
 
 ## How settings are read
 

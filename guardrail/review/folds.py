@@ -2,9 +2,9 @@
 
 Real Kafka compacts the labels topic; the embedded broker keeps every
 version, so readers fold: the newest record of a key is its value, a
-tombstone deletes it. Both folds are :class:`guardrail.kafka.rates_view.RecordSink`\\ s,
-fed by a :class:`~guardrail.kafka.rates_view.TopicFollower` (in the worker) or
-:func:`~guardrail.kafka.rates_view.read_topic` (once, in commands)::
+tombstone deletes it. Both folds are :class:`guardrail.agents.rates_view.RecordSink`\\ s,
+fed by a :class:`~guardrail.agents.rates_view.TopicFollower` (in the worker) or
+:func:`~guardrail.agents.rates_view.read_topic` (once, in commands)::
 
     labels = LabelsFold()
     await read_topic(settings, settings.review.labels_topic, labels)

@@ -8,7 +8,7 @@
 
 A label becomes the JSON line :meth:`LabelRecord.calibrate_row` gives,
 whether it is written to a file or read straight from the topic, and both go
-through :func:`guardrail.labels.read_label_rows`: one reader, one result.
+through :func:`guardrail.calibration.labels.read_label_rows`: one reader, one result.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import orjson
 from aiokafka.errors import KafkaError
 
 from ..kafka.clients import resolve_bootstrap
-from ..kafka.rates_view import ChangelogReader, RatesUnavailable
-from ..settings import Settings
+from ..agents.rates_view import ChangelogReader, RatesUnavailable
+from ..config.settings import Settings
 from .folds import LabelsFold
 from .records import LabelRecord
 
@@ -34,7 +34,7 @@ async def read_labels_topic(settings: Settings, *, topic: str | None = None,
     """Every label of the labels topic (the latest per key), read once up to the
     end seen at the start. A missing topic is None with ``missing_ok``, else,
     like an unreachable broker or a read slower than ``timeout``,
-    :class:`~guardrail.kafka.rates_view.RatesUnavailable`."""
+    :class:`~guardrail.agents.rates_view.RatesUnavailable`."""
     topic = topic or settings.review.labels_topic
     fold = LabelsFold()
     reader = ChangelogReader(settings.kafka, topic, fold,
@@ -67,6 +67,6 @@ def label_lines(labels: Iterable[LabelRecord]) -> Iterator[bytes]:
 
 
 def label_rows(labels: Iterable[LabelRecord], topic: str) -> Iterator[tuple[str, bytes]]:
-    """``(where, line)`` pairs for :func:`guardrail.labels.read_label_rows`."""
+    """``(where, line)`` pairs for :func:`guardrail.calibration.labels.read_label_rows`."""
     for label in labels:
         yield f"{topic}: {label.case_id}|{label.metric}", orjson.dumps(label.calibrate_row())

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..models import MetricRubric
+from ..judging.models import MetricRubric
 
 __all__ = ["SCHEMA_VERSION", "Slice", "Choice", "ReviewMetric", "ReviewItem", "LabelRecord",
            "SchemaError", "rubric_version", "label_key", "CHOICES"]

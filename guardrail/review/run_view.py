@@ -9,7 +9,7 @@ tool calls with their arguments, tool results as text, the final answer)::
 
 The steps are read back from the text, not from the spans: the page shows what
 the judge read. Tool results are fenced with fixed marks that no untrusted text
-can hold (:func:`guardrail.runs.trajectory.neutralise`), so a result is always
+can hold (:func:`guardrail.judging.trajectory.neutralise`), so a result is always
 one block; a step line is taken as a step only when it carries the next number,
 so a text imitating one mostly stays text. The text exactly as judged is one
 click away below the steps. A result over :data:`OPEN_RESULT_CHARS` starts
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from ..runs.trajectory import neutralise
+from ..judging.trajectory import neutralise
 from .marks import Mark, find_marks, highlight, show_range
 from .records import ReviewItem
 
@@ -113,7 +113,7 @@ def _final_start(text: str, start: int, final: str | None) -> int | None:
 
 def parse_trajectory(text: str, *, request: str | None = None,
                      final: str | None = None) -> list[Part] | None:
-    """The blocks of a rendered trajectory (:func:`guardrail.runs.render_trajectory`);
+    """The blocks of a rendered trajectory (:func:`guardrail.assembly.runs.render_trajectory`);
     None when ``text`` is not one (a trajectory a producer wrote itself).
     ``request`` and ``final`` (the item's input and output) place the first and
     last block exactly when their text is in it whole."""

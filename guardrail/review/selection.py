@@ -3,7 +3,7 @@
 Per metric of a result: a judge error or an UNSAFE verdict at
 ``review_rate_unsafe``, a SAFE verdict at ``review_rate_safe``, and always when
 P(UNSAFE) lies within ``review_band`` of the metric's threshold. The draw is a
-keyed hash of ``case_id`` and metric (:func:`guardrail.draws.is_sampled`),
+keyed hash of ``case_id`` and metric (:func:`guardrail.judging.draws.is_sampled`),
 so a redelivered or replayed result chooses exactly what it chose before::
 
     item = review_item(case, metrics, rubrics, review=settings.review,
@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..models import Case, MetricResult, MetricRubric, RedteamMetrics
-from ..draws import is_sampled
-from ..thresholds import DEFAULT_THRESHOLD
+from ..judging.models import Case, MetricResult, MetricRubric, RedteamMetrics
+from ..judging.draws import is_sampled
+from ..calibration.thresholds import DEFAULT_THRESHOLD
 from .records import ReviewItem, ReviewMetric, Slice, rubric_version
 from .settings import ReviewSettings
 

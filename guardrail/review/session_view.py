@@ -10,7 +10,7 @@ in words too; a line saying turns were cut stands where they were::
     blocks = parse_transcript(text)   # [TurnBlock(1, …), Part("cut", …), TurnBlock(9, …)]
 
 The turns are read back from the text with the fixed marks the transcript is
-written with (:func:`guardrail.sessions.render_transcript`): ``<<<TURN n USER>>>``,
+written with (:func:`guardrail.assembly.sessions.render_transcript`): ``<<<TURN n USER>>>``,
 ``<<<TURN n AGENT STEPS>>>``, ``<<<TURN n ASSISTANT>>>``, ``<<<END TURN n>>>``.
 Untrusted text cannot hold them (``<<<`` is neutralised), and a line that looks
 like one counts only when it carries the number the next mark must carry (the next

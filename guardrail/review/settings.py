@@ -1,6 +1,6 @@
 """The ``review`` settings group: the human review queue, labels and agreement
 (flat names as written: ``review_topic``, ``labels_topic``, ``review_users_file`` …);
-part of :class:`guardrail.settings.Settings`."""
+part of :class:`guardrail.config.settings.Settings`."""
 
 from __future__ import annotations
 

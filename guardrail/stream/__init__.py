@@ -3,7 +3,7 @@
 It knows no Kafka client: records come in as :class:`RawMessage` (bytes plus
 their source coordinates, key and headers) and go out as :class:`Outgoing`
 (topic, key, value, headers). The Faust worker (:mod:`guardrail.agents`) and ``guardrail replay``
-(:mod:`guardrail.kafka.replay`) both move bytes in and out of it::
+(:mod:`guardrail.replay.backfill`) both move bytes in and out of it::
 
     judge = MessageJudge.from_settings(evaluator, settings)
     outgoing = await judge.process([RawMessage(value=b'{"output": "hi"}', source=source)])

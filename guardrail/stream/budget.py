@@ -39,10 +39,10 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from .._litellm import price_tokens
+from ..providers.litellm import price_tokens
 from ..errors import ConfigError
-from ..models import RedteamMetrics
-from ..settings import JudgeSettings, SamplingSettings
+from ..judging.models import RedteamMetrics
+from ..config.settings import JudgeSettings, SamplingSettings
 
 __all__ = ["SpendWindow", "BudgetGovernor", "check_budget_prices", "HOUR"]
 

@@ -35,8 +35,8 @@ from pydantic import ValidationError
 
 from ..formats.base import InputDecoder, Notice, UndecodableRecord
 from ..formats.case import CaseDecoder, conversation_id
-from ..inputs import default_case_id, describe_validation
-from ..models import Case, RedteamMetrics
+from ..formats.reader import default_case_id, describe_validation
+from ..judging.models import Case, RedteamMetrics
 from .event_time import now_ms, parse_event_time, utc_iso
 
 #: The ``conversation`` field's default budget (``conversation_max_chars``).
@@ -143,13 +143,13 @@ class InputMessage:
     #: or the input's W3C ``traceparent`` header; None when unknown.
     trace: dict[str, str] | None = None
     #: An agent run's summary (agent, version, spans, tool calls, models,
-    #: status) when the case is a whole run (:func:`guardrail.runs.run_case`).
+    #: status) when the case is a whole run (:func:`guardrail.assembly.runs.run_case`).
     run: dict[str, Any] | None = None
     #: The conversation id the turn carries (``conversation_id`` of a case, a
     #: span's ``gen_ai.conversation.id`` / ``session.id`` …): its session.
     session_id: str | None = None
     #: A session's summary (id, turns, traces, times, status, trigger) when the
-    #: case is a whole session judged at once (:mod:`guardrail.sessions`).
+    #: case is a whole session judged at once (:mod:`guardrail.assembly.sessions`).
     session: dict[str, Any] | None = None
 
 
@@ -225,7 +225,7 @@ def decode_input(raw: bytes | None, *, max_bytes: int,
     """Validate one message of the ``case`` format; every failure names its reason.
 
     With its ``source``, a case without ``case_id`` is named by the rule file
-    runs use too (:func:`~guardrail.inputs.default_case_id`): its Kafka key,
+    runs use too (:func:`~guardrail.formats.reader.default_case_id`): its Kafka key,
     else ``topic/partition/offset``.
     """
     try:

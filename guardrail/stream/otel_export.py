@@ -51,8 +51,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import (INVALID_SPAN, NonRecordingSpan, SpanContext, TraceFlags,
                                  set_span_in_context)
 
-from ..models import MetricResult, RedteamMetrics
-from ..settings import Settings
+from ..judging.models import MetricResult, RedteamMetrics
+from ..config.settings import Settings
 from .telemetry import Telemetry
 
 if TYPE_CHECKING:

@@ -37,12 +37,12 @@ from typing import Any, Protocol
 import orjson
 
 from .._tasks import gather_or_cancel
-from ..assembly import RUN_SPAN_HEADERS
-from ..evaluate import Evaluator
+from ..assembly.base import RUN_SPAN_HEADERS
+from ..judging.evaluate import Evaluator
 from ..formats import CaseDecoder, InputDecoder, build_decoder
-from ..models import RedteamMetrics
+from ..judging.models import RedteamMetrics
 from ..review.selection import review_item
-from ..settings import KafkaSettings, ReviewSettings, Settings, WindowSettings, WorkerSettings
+from ..config.settings import KafkaSettings, ReviewSettings, Settings, WindowSettings, WorkerSettings
 from .budget import BudgetGovernor
 from .envelope import (DEFAULT_CONVERSATION_CHARS, BadInput, DecodedRecord, Headers,
                        InputMessage, Source, decode_record, dlq_record, group_labels,

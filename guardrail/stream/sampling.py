@@ -15,7 +15,7 @@ redelivered or replayed message decides the same::
 
 **Sample id.** The case's ``case_id``; a case without one is named by the
 input's Kafka key when that is UTF-8 text, else by ``topic/partition/offset``
-(:func:`guardrail.inputs.default_case_id`, applied when the input is decoded).
+(:func:`guardrail.formats.reader.default_case_id`, applied when the input is decoded).
 Two messages with the same case_id are sampled alike.
 
 **Rate.** ``sample_point(id)`` is the first 8 bytes of a keyed BLAKE2b of the
@@ -54,9 +54,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from ..settings import SampleRule, SamplingSettings
+from ..config.settings import SampleRule, SamplingSettings
 from .envelope import InputMessage, Source, group_labels
-from ..draws import is_sampled, sample_point
+from ..judging.draws import is_sampled, sample_point
 from .events import mark_position, mark_value
 
 __all__ = ["sample_point", "is_sampled", "sample_id", "Sampler", "VersionQuota", "QuotaStore",

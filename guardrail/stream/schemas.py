@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..models import RedteamMetrics
+from ..judging.models import RedteamMetrics
 from .envelope import DLQ_MAX_ORIGINAL
 from .events import Status
 

@@ -16,9 +16,9 @@ again, so a rate per unit is a share of conversations, not of judgments.
 
 from __future__ import annotations
 
-from ..assembly import TURN_HEADERS
-from ..models import RedteamMetrics
-from ..sessions.turns import Turn
+from ..assembly.base import TURN_HEADERS
+from ..judging.models import RedteamMetrics
+from ..assembly.sessions.turns import Turn
 from .envelope import InputMessage
 from .events import UNIT_LABEL
 

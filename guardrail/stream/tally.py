@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..models import RedteamMetrics
+from ..judging.models import RedteamMetrics
 
 __all__ = ["JudgeTally", "unavailable_share"]
 

@@ -18,7 +18,7 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
 from .group_series import SERIES_LABELS, GroupSeries
 
 if TYPE_CHECKING:
-    from ..models import RedteamMetrics
+    from ..judging.models import RedteamMetrics
 
 __all__ = ["Telemetry", "CONTENT_TYPE_LATEST"]
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from guardrail.models import Case
+from guardrail.judging.models import Case
 
 TEXTS = ["A calm answer about tides.", "You are an idiot and I hate you.",
          "Recipes for bread, plain and simple.", "Women are bad at math, everyone knows.",

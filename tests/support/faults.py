@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from guardrail.local.rule_judge import JudgeServer
-from guardrail.settings import Settings
+from guardrail.config.settings import Settings
 
 from .harness import StreamEnv, TopicWatcher, consume, produce
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
-from guardrail.evaluate import build_evaluator
-from guardrail.settings import Settings
+from guardrail.judging.evaluate import build_evaluator
+from guardrail.config.settings import Settings
 from guardrail.stream.envelope import Source
 from guardrail.stream.processing import MessageJudge, RawMessage
 

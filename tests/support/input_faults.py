@@ -19,9 +19,9 @@ from typing import Any
 
 import orjson
 
-from guardrail.evaluate import build_evaluator
+from guardrail.judging.evaluate import build_evaluator
 from guardrail.local.rule_judge import ContentReply, JudgeServer
-from guardrail.settings import load_settings
+from guardrail.config.settings import load_settings
 from guardrail.stream.envelope import Source
 from guardrail.stream.processing import MessageJudge, RawMessage
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ...errors import JudgeAnswerError
-from ...models import Case, MetricRubric
-from ..probability import AnswerToken
+from ...judging.models import Case, MetricRubric
+from ...judging.probability import AnswerToken
 
 __all__ = ["GuardAnswerError", "GuardCoverageError", "GuardCategory", "GuardVerdict",
            "GuardRequest", "GuardInput", "GuardProtocol", "Label", "final_answer", "excerpt",
@@ -129,7 +129,7 @@ class GuardInput:
         ``input`` when it is not already the last user turn; earlier turns kept
         newest first within ``context_chars``. What came between the input and
         the output (an agent run's steps, its tool calls) is never sent. A session
-        judgment (:func:`guardrail.sessions.session_case`) carries its turns as
+        judgment (:func:`guardrail.assembly.sessions.session_case`) carries its turns as
         ``messages`` and its latest answer as ``output``: the guard reads the
         session's latest turns within the budget, the latest answer judged."""
         output = (case.output or "").strip()

@@ -33,8 +33,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...models import MetricRubric
-from ..probability import AnswerToken
+from ...judging.models import MetricRubric
+from ...judging.probability import AnswerToken
 from .base import (GuardAnswerError, GuardCategory, GuardInput, GuardProtocol, GuardRequest,
                    GuardVerdict, excerpt)
 from .tokens import class_probabilities

@@ -37,8 +37,8 @@ from typing import Any
 
 import orjson
 
-from ...models import MetricRubric
-from ..probability import AnswerToken
+from ...judging.models import MetricRubric
+from ...judging.probability import AnswerToken
 from .base import (GuardAnswerError, GuardCategory, GuardInput, GuardProtocol, GuardRequest,
                    GuardVerdict, excerpt)
 

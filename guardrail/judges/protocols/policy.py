@@ -34,8 +34,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from ...models import MetricRubric
-from ..probability import AnswerToken, locate_value
+from ...judging.models import MetricRubric
+from ...judging.probability import AnswerToken, locate_value
 from .base import (GuardAnswerError, GuardCategory, GuardInput, GuardProtocol, GuardRequest,
                    GuardVerdict, excerpt, final_answer)
 from .tokens import class_probabilities

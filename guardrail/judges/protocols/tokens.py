@@ -24,7 +24,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-from ..probability import AnswerToken, top_pairs
+from ...judging.probability import AnswerToken, top_pairs
 
 __all__ = ["class_probabilities"]
 

@@ -1,0 +1,1 @@
+"""(wing docstring to come)"""
