@@ -31,7 +31,7 @@ from typing import Any
 from common import JudgeProc
 from judging_cpu import judging_settings
 
-from guardrail.judging.evaluate import build_evaluator
+from guardrail.judges.build import build_evaluator
 from guardrail.judges import transports
 from guardrail.judges.answers import decode_completion
 from guardrail.judging.probability import AnswerTokens

@@ -51,7 +51,7 @@ def _run_worker(argv: list[str]) -> None:
     """``python bench/changelog_start.py _worker SCENARIO worker --web-port N``."""
     scenario, args = argv[0], argv[1:]
     from guardrail.agents import transport
-    from guardrail.kafka import rates_view
+    from guardrail.agents import rates_view
 
     plain_status = rates_view.RatesView.status
 
@@ -97,7 +97,7 @@ from common import (BROKERS, PY, JudgeProc, broker_label, meta, new_env, running
 
 from guardrail.agents.window_cells import changelog_topic, live_horizon_seconds
 from guardrail.stream.alerts import WindowCounts
-from guardrail.stream.envelope import utc_iso
+from guardrail._event_time import utc_iso
 
 WINDOW, EXPIRES = 300.0, 3600.0
 HORIZON = live_horizon_seconds(WINDOW, EXPIRES)

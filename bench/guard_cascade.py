@@ -47,7 +47,7 @@ from common import meta, write_json
 
 from guardrail.providers.litellm import price_tokens
 from guardrail.judges.cascade import escalation_judge_settings
-from guardrail.judging.evaluate import build_evaluator
+from guardrail.judges.build import build_evaluator
 from guardrail.judges.llm import LLMJudge
 from guardrail.judges import GuardJudge, make_guard_transport
 from guardrail.local.rule_judge import DEFAULT_TRIGGERS, JudgeServer

@@ -33,8 +33,8 @@ from collections.abc import Awaitable, Callable
 from common import JudgeProc, cases
 
 from guardrail.judging.cache import BatchedCache, MemoryCache
-from guardrail.judging.evaluate import build_evaluator
-from guardrail.kafka import replay
+from guardrail.judges.build import build_evaluator
+from guardrail.replay import backfill as replay
 from guardrail.config.settings import Settings, load_settings
 from guardrail.stream.envelope import Source
 from guardrail.stream.processing import MessageJudge, RawMessage

@@ -28,7 +28,7 @@ from typing import Any
 from common import meta, write_json
 from guard_cascade import BATCH, FLAGGED, judge_batches, traffic
 
-from guardrail.judging.evaluate import build_evaluator
+from guardrail.judges.build import build_evaluator
 from guardrail.config.settings import load_settings
 from guardrail.stream.processing import MessageJudge
 from tests.support.guard_server import GuardServer, moderation_result  # common: repo on path

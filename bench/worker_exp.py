@@ -38,7 +38,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 def stub_judge() -> None:
-    from guardrail.judges.llm import GroupReply, JudgeReply, LLMJudge, Usage
+    from guardrail.judges.llm import LLMJudge
+    from guardrail.judging.judge import GroupReply, JudgeReply, Usage
     from guardrail.local.rule_judge import make_verdict
     from guardrail.judging.parsing import parse_answer, parse_group_answer
 
@@ -270,7 +271,7 @@ class _LocalRuns:
                 await publish_records(topics, await self.judge.process(due))
 
     def add_spans(self, spans: list[Any]) -> None:
-        from guardrail.stream.event_time import now_ms
+        from guardrail._event_time import now_ms
 
         g, now = self.gathering, now_ms()
         for span in spans:
@@ -285,7 +286,7 @@ class _LocalRuns:
         import orjson
 
         from guardrail.stream.envelope import Source
-        from guardrail.stream.event_time import now_ms
+        from guardrail._event_time import now_ms
         from guardrail.stream.processing import RawMessage
 
         # Closed runs stay in the book (late spans are counted, as in the table);

@@ -9,20 +9,50 @@ The judging core knows nothing about Kafka::
     metrics = await evaluator.evaluate(Case(case_id="c1", output="Have a nice day"))
     print(metrics.to_json())
 
-The streaming worker lives in :mod:`guardrail.agents`.
+The package is a stack of wings (subpackages). A wing imports only the wings of
+lower layers and the root's helpers; an exception is named, with its reason, in
+the importing wing's docstring (``tests/test_layers.py`` keeps both true):
+
+====  ===========  ==========================================================================
+0     (root)       ``errors`` (the exceptions), and private helpers every wing may use:
+                   ``_tasks``, ``_processes``, ``_event_time``, ``_group_config``, ``_lazy``
+1     providers    model providers: the litellm boundary, the bundled price map, tokens
+1     kafka        Kafka I/O that is not Faust: brokers, clients, topics, topic readers
+1     judging      the contract's core: a case, its rubrics and a judge → ``RedteamMetrics``
+2     judges       who answers: the LLM judge over litellm or HTTP, guard models, cascade
+2     formats      input records → cases: case JSON, OTLP spans, chat logs, mappings, files
+2     local        the local judge on loopback: a GGUF model, and the stand-in rule judge
+3     assembly     things judged as a whole: agent runs from spans, sessions from turns
+3     review       humans in the loop: the review queue, labels, the review page
+3     batch_api    providers' batch APIs, judging at the batch price
+4     stream       the stream contract: records in, results, judgments, DLQ out; windows
+5     config       the one ``Settings``, gathered from every wing's group
+6     batch        judging files: ``run``, ``estimate``, ``run --batch-api``
+6     calibration  how far to trust a judge: labelled cases, agreement, thresholds
+7     replay       re-judging a time range of a topic
+7     agents       the Faust worker: judging, counting and assembling agents, web pages
+7     demo         the whole product in one command
+8     cli          the ``guardrail`` command
+8     reference    the docs' reference pages, generated from the code
+====  ===========  ==========================================================================
 """
 
 from .judging.cache import JudgmentCache, MemoryCache, SqliteCache
 from .errors import (ConfigError, GuardrailError, InputError, JudgeAnswerError, JudgeError,
                      JudgeUnavailable, RubricError)
-from .judging.evaluate import Evaluator, build_evaluator, open_cache, severity_to_score
-from .judges.llm import Judge, JudgeReply, LiteLLMJudge, LLMJudge, Usage
+from .judges.build import build_evaluator
+from .judging.evaluate import Evaluator, open_cache, severity_to_score
+from .judges.llm import LLMJudge, LiteLLMJudge
+from .judging.judge import Judge, JudgeReply, Usage
 from .judging.models import (CATEGORY, PASS_THRESHOLD, Case, CostEstimate, JudgeVerdict, MetricResult,
                      MetricRubric, RedteamConfig, RedteamMetrics)
 from .judging.prompts import JudgePrompt, render_prompt
 from .judging.rubrics import default_metrics, load_rubric_dir, merge_metrics
-from .config.settings import (AlertRule, EvaluationSettings, JudgeSettings, KafkaSettings, Settings,
-                       WindowSettings, WorkerSettings, load_settings)
+from .config.settings import Settings, load_settings
+from .judges.settings import JudgeSettings
+from .judging.settings import EvaluationSettings
+from .kafka.settings import KafkaSettings
+from .stream.settings import AlertRule, WindowSettings, WorkerSettings
 from .judges.transports import Transport, make_transport
 
 __all__ = [

@@ -8,7 +8,6 @@ Runs are made once per module: the frameworks' imports cost seconds.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections import Counter
 from typing import Any
@@ -152,8 +151,6 @@ def test_spread_shuffles_runs_over_partitions_root_first_and_last(runs):
     assert "?" not in places and {"first", "last"} <= set(places)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("guardrail.assembly.runs") is None,
-                    reason="guardrail.assembly.runs is not there yet")
 def test_run_case_of_each_run_carries_its_tool_arguments_and_results(runs):
     from guardrail.assembly.runs import run_case, run_spans_of
 

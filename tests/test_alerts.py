@@ -5,7 +5,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from guardrail.config.settings import AlertRule
+from guardrail.stream.settings import AlertRule
 from guardrail.stream.alerts import (AlertDispatcher, Cooldown, WindowCounts, check_rule, rule_for,
                                      two_proportion_p_value)
 

@@ -13,7 +13,8 @@ from guardrail.calibration.calibrate import (NO_PROBABILITIES, CalibrationReport
                                  read_labels, write_report)
 from guardrail.cli import cli
 from guardrail.errors import InputError
-from guardrail.judges.llm import GroupReply, JudgeReply, LLMJudge, Usage
+from guardrail.judges.llm import LLMJudge
+from guardrail.judging.judge import GroupReply, JudgeReply, Usage
 from guardrail.local.rule_judge import ErrorReply, JudgeServer
 from guardrail.judging.models import Case, JudgeVerdict, MetricResult
 from guardrail.judging.parsing import BinaryAnswer

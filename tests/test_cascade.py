@@ -15,8 +15,10 @@ import pytest
 from guardrail.judging.cache import MemoryCache, SqliteCache, cache_key
 from guardrail.judges.cascade import escalation_judge_settings
 from guardrail.errors import ConfigError, JudgeAnswerError, JudgeConfigError, JudgeUnavailable
-from guardrail.judging.evaluate import Evaluator, build_evaluator
-from guardrail.judges.llm import GroupReply, JudgeReply, LLMJudge, Usage
+from guardrail.judges.build import build_evaluator
+from guardrail.judging.evaluate import Evaluator
+from guardrail.judges.llm import LLMJudge
+from guardrail.judging.judge import GroupReply, JudgeReply, Usage
 from guardrail.local.rule_judge import ErrorReply, make_verdict
 from guardrail.judging.models import Case
 from guardrail.judging.parsing import BinaryAnswer

@@ -24,7 +24,8 @@ from aiokafka import AIOKafkaProducer
 from support.harness import StreamEnv, poll, produce
 from support.topics import FAST_CLEANUP_WORKER, topic_records
 
-from guardrail.agents.rates_view import RatesView, read_rates, read_topic
+from guardrail.agents.rates_view import RatesView, read_rates
+from guardrail.kafka.changelog import read_topic
 from guardrail.kafka.topics import ensure_topics, topic_plan
 from guardrail.agents.window_cells import (
     WindowCells,
@@ -33,7 +34,7 @@ from guardrail.agents.window_cells import (
 )
 from guardrail.config.settings import load_settings
 from guardrail.stream.alerts import WindowCounts
-from guardrail.stream.envelope import utc_iso
+from guardrail._event_time import utc_iso
 
 pytestmark = [pytest.mark.kafka, pytest.mark.both_brokers,
               pytest.mark.slow, pytest.mark.timeout(180)]
@@ -128,7 +129,8 @@ async def test_the_view_reads_only_the_live_windows_once(long_changelog):
     # Read from the beginning (the code before the horizon): the same rows,
     # a hundred times the records.
     everything = WindowCells(window_seconds=WINDOW, expires_seconds=EXPIRES)
-    read = await read_topic(settings, changelog_topic(settings.kafka.app_id), everything)
+    read = await read_topic(settings.kafka, changelog_topic(settings.kafka.app_id), everything,
+                            fetch_wait_ms=settings.worker.consumer_fetch_wait_ms)
     assert read == everything.records == EXPIRED + LIVE
     assert everything.rows() == rows
 

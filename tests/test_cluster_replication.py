@@ -19,7 +19,7 @@ from support.harness import StreamEnv, TopicWatcher, produce
 from guardrail.kafka.cluster_facts import (ClusterFacts, cluster_facts, describe,
                                            replica_counts, replication_for,
                                            replication_warnings)
-from guardrail.config.settings import KafkaSettings
+from guardrail.kafka.settings import KafkaSettings
 
 FACTS = ClusterFacts(brokers=3, min_insync=2, idempotence=True)
 

@@ -18,7 +18,8 @@ from guardrail.config.settings import load_settings
 from guardrail.stream.alerts import AlertDispatcher
 from guardrail.stream.dashboard import PageContext, build_dashboard, render_page, spend_of
 from guardrail.stream.dashboard.charts import Frame
-from guardrail.stream.envelope import Source, utc_iso
+from guardrail._event_time import utc_iso
+from guardrail.stream.envelope import Source
 from guardrail.stream.events import JudgmentEvent, window_key
 from guardrail.stream.telemetry import Telemetry
 

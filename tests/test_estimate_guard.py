@@ -15,7 +15,7 @@ from guardrail.providers.litellm import count_message_tokens
 from guardrail.cli import cli
 from guardrail.batch.estimate import GROUP_ENTRY_TOKENS, estimate_cases, estimate_nonce
 from guardrail.batch.estimate_guard import GUARD_OUTPUT_TOKENS, NOT_PRICED_BY_TOKEN
-from guardrail.judging.evaluate import build_evaluator
+from guardrail.judges.build import build_evaluator
 from guardrail.judges import GuardInput, LlamaGuard, YesNo, load_category_map
 from guardrail.judging.models import Case, MetricRubric
 from guardrail.judging.prompts import render_group_prompt

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from guardrail.stream.event_time import now_ms, parse_event_time, utc_iso
+from guardrail._event_time import now_ms, parse_event_time, utc_iso
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 

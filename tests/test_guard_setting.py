@@ -12,7 +12,7 @@ from test_guard_judge import GuardServer, llama, server  # noqa: F401  (server: 
 
 from guardrail.judges.cascade import escalation_judge_settings
 from guardrail.errors import ConfigError
-from guardrail.judging.evaluate import build_evaluator
+from guardrail.judges.build import build_evaluator
 from guardrail.judges import GuardJudge
 from guardrail.judging.models import Case
 from guardrail.config.settings import load_settings

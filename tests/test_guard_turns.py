@@ -21,7 +21,7 @@ from support.guard_server import GuardServer, llama, yes_no
 from support.in_process import judge_in_process
 
 from guardrail.cli import cli
-from guardrail.judging.evaluate import build_evaluator
+from guardrail.judges.build import build_evaluator
 from guardrail.judges.guard import guard_input
 from guardrail.local.rule_judge import JudgeServer
 from guardrail.judging.models import Case, MetricRubric

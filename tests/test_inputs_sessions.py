@@ -20,7 +20,8 @@ from support.session_traffic import SMALL_TALK, SPLIT_PHISHING, converse
 
 from guardrail.cli import cli
 from guardrail.formats.otlp import OtlpDecoder
-from guardrail.stream.envelope import Source, decode_record, utc_iso
+from guardrail._event_time import utc_iso
+from guardrail.stream.envelope import Source, decode_record
 
 SCRIPTS = {"chat-1": SPLIT_PHISHING, "chat-2": SMALL_TALK}
 

@@ -156,7 +156,7 @@ def test_the_shipped_session_set_is_balanced_conversations_with_notes():
                          if c.metric == "multi_turn_jailbreak" and c.label == "unsafe")
     assert jailbreaks == {"crescendo": 3, "red_queen": 3, "x_teaming": 3, "split": 3}
     # Written here: none of the demo's answers.
-    demo = default_labels_path().parent.parent / "demo" / "samples.jsonl"
+    demo = default_labels_path().parents[2] / "demo" / "samples.jsonl"
     samples = [json.loads(line) for line in demo.read_text().splitlines() if line.strip()]
     texts = {text for c in cases for t in c.turns for text in (t.user, t.assistant)}
     assert not texts & {s.get(k) for s in samples for k in ("input", "output")}

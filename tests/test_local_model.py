@@ -162,7 +162,7 @@ async def test_real_judgments_through_the_local_model_carry_a_probability(local_
     token counts at no cost, the obvious verdict; llama.cpp returns token
     log-probabilities, so P(UNSAFE) is read at each metric's verdict. (One
     call: on two cores each call of the 1.5B model costs tens of seconds.)"""
-    from guardrail.judging.evaluate import build_evaluator
+    from guardrail.judges.build import build_evaluator
     from guardrail.local.server import judge_settings
     from guardrail.judging.models import Case
     from guardrail.config.settings import load_settings

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from guardrail.judging.cache import MemoryCache
-from guardrail.judges.llm import Usage
+from guardrail.judging.judge import Usage
 from guardrail.local.rule_judge import make_verdict
 from guardrail.judging.models import Case, MetricRubric
 from guardrail.judging.prompts import render_group_prompt, render_prompt

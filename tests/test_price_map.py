@@ -9,7 +9,7 @@ import sys
 import orjson
 import pytest
 
-from guardrail import _litellm, _price_map
+from guardrail.providers import litellm as _litellm, price_map as _price_map
 from guardrail.providers.litellm import litellm, price_tokens
 
 

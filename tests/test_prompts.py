@@ -170,7 +170,7 @@ def test_a_group_prompt_follows_its_rubrics_not_their_names_once_rendered():
 
 
 def test_the_written_static_parts_stay_bounded():
-    from guardrail import prompts
+    from guardrail.judging import prompts
     base = list(default_metrics())
     for i in range(300):  # every case with its own rubric: a new set each time
         rubric = base[0].model_copy(update={"goal": f"goal {i}"})

@@ -11,7 +11,8 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from guardrail.agents.runtime import WorkerRuntime
-from guardrail.agents.rates_view import ChangelogReader, RatesUnavailable, RatesView, read_rates
+from guardrail.agents.rates_view import RatesView, read_rates
+from guardrail.kafka.changelog import ChangelogReader, RatesUnavailable
 from guardrail.kafka.topics import partition_counts
 from guardrail.agents.window_cells import WindowCells, changelog_topic
 from guardrail.config.settings import load_settings
@@ -191,9 +192,10 @@ async def test_the_runtime_starts_the_view_and_stops_it_first_on_close():
 async def test_a_follower_whose_read_swallows_a_cancellation_still_stops():
     # A client call can swallow one cancellation; the follower read on after its
     # stop and the worker's stop hung (SIGTERM as the worker started).
-    from guardrail.agents.rates_view import TopicFollower
+    from guardrail.kafka.changelog import TopicFollower
 
-    follower = TopicFollower(load_settings(environ={}), "redteam-labels", sink=None)
+    follower = TopicFollower(load_settings(environ={}).kafka, "redteam-labels", sink=None,
+                             fetch_wait_ms=100)
     swallowed = []
 
     async def read_on():

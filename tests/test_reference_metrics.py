@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.monitoring import RULES
 
 from guardrail.reference.metrics import metric_families, metrics_page
-from guardrail.config.settings import WorkerSettings
+from guardrail.stream.settings import WorkerSettings
 from guardrail.stream.telemetry import Telemetry
 
 

@@ -14,9 +14,10 @@ import pytest
 from pydantic import SecretStr
 
 from guardrail.reference.settings import EXAMPLE, nested_models, settings_page
-from guardrail.config.settings import (_GROUPS, _SECRETS, DEFAULT_CACHE_PATH, ENV_PREFIX, FLAT_NAMES,
-                                AlertRule, EvaluationSettings, SampleRule, Settings,
-                                load_settings)
+from guardrail.config.settings import (ENV_PREFIX, FLAT_NAMES, Settings, _GROUPS, _SECRETS,
+                                       load_settings)
+from guardrail.judging.settings import DEFAULT_CACHE_PATH, EvaluationSettings
+from guardrail.stream.settings import AlertRule, SampleRule
 
 MODELS = [model for model, _ in _GROUPS.values()] + nested_models()
 

@@ -12,7 +12,7 @@ from guardrail.judging.cache import BatchedCache, SqliteCache
 from guardrail.errors import ConfigError
 from guardrail.judging.evaluate import Evaluator
 from guardrail.judges.llm import LLMJudge
-from guardrail.kafka import replay as replay_module
+from guardrail.replay import backfill as replay_module
 from guardrail.replay.backfill import ReplaySummary, output_topics
 from guardrail.judging.models import CostEstimate, MetricResult, RedteamMetrics
 from guardrail.config.settings import load_settings

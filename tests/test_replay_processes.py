@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from guardrail.errors import ConfigError
-from guardrail.kafka import replay_processes
+from guardrail.replay import processes as replay_processes
 from guardrail.replay.backfill import ReplaySummary
 from guardrail.replay.processes import _follow, deal, merge
 

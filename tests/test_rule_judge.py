@@ -232,10 +232,8 @@ def test_thread_mode_with_sync_litellm():
     assert server._thread is None
 
 
-# The old module path is a re-export kept for one release (docker compose and
-# users' scripts start it by that name): both must serve.
-@pytest.mark.parametrize("module", ["guardrail.local.rule_judge", "guardrail.testing.judge_server"])
-def test_cli_subprocess_serves_until_sigterm(module):
+def test_cli_subprocess_serves_until_sigterm():
+    module = "guardrail.local.rule_judge"  # as docker compose and users' scripts start it
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     proc = subprocess.Popen(
         [sys.executable, "-m", module, "--port", "0",

@@ -19,7 +19,7 @@ from guardrail.judging.rubrics import (default_metrics, default_rubric_dir, load
                                session_metrics, session_rubric_dir)
 from guardrail.assembly.sessions import Turn, session_case
 from guardrail.assembly.sessions.prefix import prefix_share, prompt_text, session_prompts, shared_prefix
-from guardrail.config.settings import EvaluationSettings
+from guardrail.judging.settings import EvaluationSettings
 
 SESSION = ["bias", "conversation_harm", "multi_turn_jailbreak", "toxicity"]
 RUN = ["bias", "toxicity", "goal_drift", "tool_injection", "unsafe_action"]

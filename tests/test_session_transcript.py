@@ -8,7 +8,7 @@ import re
 import pytest
 
 from guardrail.judging.evaluate import sampled_result
-from guardrail.judges.llm import JudgeReply, Usage
+from guardrail.judging.judge import JudgeReply, Usage
 from guardrail.local.rule_answers import FIELD_RE
 from guardrail.judging.models import Case
 from guardrail.judging.parsing import BinaryAnswer, parse_group_answer

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from guardrail import _price_map
+from guardrail.providers import price_map as _price_map
 from guardrail.providers.litellm import count_message_tokens, litellm
 from guardrail.providers.tokens import chat_encoding_name, count_openai_chat_tokens
 

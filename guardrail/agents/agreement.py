@@ -1,7 +1,7 @@
 """The judge's agreement with its reviewers, live in the worker (review on).
 
 When ``review_users_file`` is set, every worker follows the labels topic from
-its beginning (:class:`~guardrail.agents.rates_view.TopicFollower` feeding a
+its beginning (:class:`~guardrail.kafka.changelog.TopicFollower` feeding a
 :class:`~guardrail.review.folds.LabelsFold`) and keeps each label in the cell
 of its metric, alerting group and window (by the judged result's event time,
 the window its verdict was counted in), expiring cells as the window table
@@ -41,15 +41,16 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .rates_view import TopicFollower
+from ..kafka.changelog import TopicFollower
 from .window_cells import stale_before
 from ..stream.agreement import (CellKey, Confusion, Corrected, agreement_row, cell_of,
                                 corrected_rate, group_of)
 from ..review.folds import LabelsFold
 from ..review.records import LabelRecord
-from ..config.settings import AlertRule, Settings
+from ..config.settings import Settings
+from ..stream.settings import AlertRule
 from ..stream.alerts import AlertDispatcher, Cooldown, rule_for
-from ..stream.envelope import utc_iso
+from .._event_time import utc_iso
 from ..stream.telemetry import Telemetry
 
 if TYPE_CHECKING:
@@ -73,7 +74,8 @@ class LabelsFollower(TopicFollower):
     name = "labels follower"
 
     def __init__(self, settings: Settings, tracker: AgreementTracker) -> None:
-        super().__init__(settings, settings.review.labels_topic, tracker.fold)
+        super().__init__(settings.kafka, settings.review.labels_topic, tracker.fold,
+                         fetch_wait_ms=settings.worker.consumer_fetch_wait_ms)
         self.tracker = tracker
 
     def after_poll(self) -> None:

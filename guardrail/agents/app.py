@@ -32,8 +32,8 @@ from pathlib import Path
 import faust
 import orjson
 
-from ..judging.evaluate import build_evaluator
-from ..judges.llm import Judge
+from ..judges.build import build_evaluator
+from ..judging.judge import Judge
 from ..kafka.clients import resolve_bootstrap, ssl_context
 from .rates_view import RatesView
 from ..config.settings import Settings
@@ -112,8 +112,8 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
         app=app, settings=settings, telemetry=telemetry,
         message_judge=MessageJudge.from_settings(evaluator, settings, telemetry=telemetry,
                                                  sampler=sampler, budget=budget,
-                                                 exporter=evaluation_exporter(settings,
-                                                                              telemetry),
+                                                 exporter=evaluation_exporter(
+                                                     settings.inputs, settings.judge, telemetry),
                                                  **_run_options(settings)),
         dispatcher=dispatcher, rates_view=RatesView(settings),
     )

@@ -42,7 +42,7 @@ import orjson
 
 from ..assembly.base import Gathering
 from ..stream.envelope import Source
-from ..stream.event_time import now_ms
+from .._event_time import now_ms
 from ..stream.item_bundles import BUNDLE_KIND, read_bundle
 from ..stream.processing import MessageJudge, Outgoing, RawMessage
 from .judging import (MAX_INFLIGHT_BATCHES, RAW_TOPIC, OrderedAcker, floors_of,

@@ -31,7 +31,7 @@ from aiohttp import web
 from faust.web import View
 
 from ..errors import ConfigError
-from .rates_view import TopicFollower
+from ..kafka.changelog import TopicFollower
 from ..review.access import (LOGIN_COOKIE, SESSION_COOKIE, Gate, Identity, Refused, safe_next,
                              wants_html)
 from ..review.auth import Users
@@ -63,8 +63,11 @@ class ReviewService:
         review = settings.review
         self.queue = ReviewQueue(lease_seconds=review.review_lease_seconds)
         self.gate = Gate(users)
-        self.followers = (TopicFollower(settings, review.review_topic, self.queue.items),
-                          TopicFollower(settings, review.labels_topic, self.queue.labels))
+        wait = settings.worker.consumer_fetch_wait_ms
+        self.followers = (
+            TopicFollower(settings.kafka, review.review_topic, self.queue.items, fetch_wait_ms=wait),
+            TopicFollower(settings.kafka, review.labels_topic, self.queue.labels,
+                          fetch_wait_ms=wait))
         self._labels_topic = runtime.app.topic(review.labels_topic, key_type=bytes,
                                                value_type=bytes, key_serializer="raw",
                                                value_serializer="raw")

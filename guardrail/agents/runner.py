@@ -27,8 +27,11 @@ from ..judges.cascade import escalation_judge_settings
 from ..judges.transports import uses_direct_http
 from ..kafka.cluster_facts import (ClusterFacts, cluster_facts, describe, replication_warnings,
                                    settled, worker_topic_replicas)
-from ..kafka.topics import ensure_topics, review_topics, topic_plan
-from ..config.settings import JudgeSettings, KafkaSettings, Settings
+from ..kafka.topics import ensure_topics, topic_plan
+from ..review.settings import review_topics
+from ..config.settings import Settings
+from ..judges.settings import JudgeSettings
+from ..kafka.settings import KafkaSettings
 from .app import runs_assembled
 from .run_assembly import run_spans_topic
 from .session_assembly import session_turns_topic, sessions_assembled

@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 
 from ..stream.alerts import WindowCounts
-from ..stream.envelope import utc_iso
+from .._event_time import utc_iso
 from ..stream.events import labels_of, parse_window_key, unit_of
 
 __all__ = ["WINDOW_TABLE", "changelog_topic", "ChangelogRecordError", "Cell", "decode_record",

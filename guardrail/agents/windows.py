@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 import faust
 
 from .window_cells import changelog_topic, live_horizon_seconds
-from ..config.settings import AlertRule, WindowSettings
+from ..stream.settings import AlertRule, WindowSettings
 from ..stream.alerts import AlertDispatcher, Cooldown, WindowCounts, check_rule, rule_for
 from ..stream.dedup import Ledger
-from ..stream.envelope import utc_iso
+from .._event_time import utc_iso
 from ..stream.events import (JudgmentEvent, UnknownEvent, decode_events, mark_position,
                              mark_value, unit_of, window_key)
 from ..stream.telemetry import Telemetry

@@ -26,7 +26,8 @@ from ..errors import ConfigError
 from ..formats.reader import InputProblem
 from ..judges.llm import LLMJudge
 from ..judging.models import Case
-from ..config.settings import JudgeSettings, Settings
+from ..config.settings import Settings
+from ..judges.settings import JudgeSettings
 from ..batch_api.api import BatchAPI, OpenAIBatches
 from ..batch_api.client import BatchClient
 from ..batch_api.collector import BatchCollector, BatchTransport, Say

@@ -39,7 +39,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..providers.litellm import cached_input_price, count_message_tokens, max_input_tokens, price_tokens
-from ..judges.cascade import EscalationSettings, escalation_judge_settings
+from ..judges.cascade import escalation_judge_settings
+from ..judges.settings import EscalationSettings
 from .estimate_guard import (GUARD_OUTPUT_TOKENS, StageCoverage, as_guard, guard_requests,
                              stage_coverage)
 from ..judging.evaluate import EffectiveConfig, Evaluator
@@ -47,7 +48,7 @@ from ..judges.guard import GuardJudge
 from ..judges.protocols import GuardRequest
 from ..judging.models import Case, CostEstimate, ScoringMode
 from ..judging.prompts import NONCE_BYTES, JudgePrompt, render_group_prompt, render_prompt
-from ..config.settings import JudgeSettings
+from ..judges.settings import JudgeSettings
 
 __all__ = ["EXPECTED_OUTPUT_TOKENS", "GROUP_ENTRY_TOKENS", "OPENAI_MIN_CACHED_PROMPT",
            "estimate_nonce", "CaseEstimate", "EscalationEstimate", "EstimateReport",

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from .._tasks import cancel_and_wait
-from ..judging.evaluate import aggregate_cost, build_evaluator
+from ..judges.build import build_evaluator
+from ..judging.evaluate import aggregate_cost
 from ..formats.reader import InputProblem, default_case_id, position_id
-from ..judges.llm import Judge
+from ..judging.judge import Judge
 from ..judging.models import ITEM_FIELDS, Case, CostEstimate, RedteamMetrics, dumps
 from ..config.settings import Settings
 

@@ -18,7 +18,24 @@ twice::
 - :mod:`~guardrail.batch_api.state`: the state file (atomic writes).
 - :mod:`~guardrail.batch_api.collector`: the judge transport, chunks and polling.
 - :mod:`~guardrail.batch_api.results`: output and error files into answers and errors.
-- :mod:`~guardrail.batch.batch_api`: ``run --batch-api``, the endpoint and the batch price.
 
-Nothing is imported here: the settings import this package's settings module.
+Who drives it: ``run --batch-api`` (:mod:`guardrail.batch.batch_api`: the endpoint
+and the batch price) and ``replay --batch-api`` (:mod:`guardrail.replay.batch_api`).
+This wing knows the judges' requests and answers, never Kafka or a file of cases.
+
+Names are imported on first use: the settings import this package's settings module.
 """
+
+from __future__ import annotations
+
+from .._lazy import lazy_exports
+
+_HOMES = {
+    "BatchApiSettings": ".settings", "BatchAPI": ".api", "OpenAIBatches": ".api",
+    "MessageBatches": ".anthropic", "BatchClient": ".client", "BatchHTTPError": ".client",
+    "BatchCollector": ".collector", "BatchTransport": ".collector", "BatchState": ".state",
+    "StateMismatch": ".state", "BatchRequestError": ".results",
+}
+
+__all__ = list(_HOMES)
+__getattr__ = lazy_exports(__name__, _HOMES)

@@ -33,7 +33,7 @@ import aiohttp
 import orjson
 
 from ..errors import JudgeConfigError, JudgeError
-from ..config.settings import JudgeSettings
+from ..judges.settings import JudgeSettings
 from ..judges.transports import Completion, chat_body
 from ..judging.prompts import FENCE_LINE
 from .api import BatchAPI

@@ -35,8 +35,9 @@ from .report import (NO_PROBABILITIES, CalibrationReport, MetricReport, Outcome,
                                  Predicted)
 from .curves import Panel, render_curves
 from ..errors import InputError
-from ..judging.evaluate import aggregate_cost, build_evaluator
-from ..judges.llm import Judge
+from ..judges.build import build_evaluator
+from ..judging.evaluate import aggregate_cost
+from ..judging.judge import Judge
 from .labels import LabelledCase, default_labels_path, read_labels
 from ..judging.metric_sets import MetricSets, case_kind
 from ..judging.models import MetricResult

@@ -21,11 +21,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..judging.verdicts import DEFAULT_THRESHOLD
+
 __all__ = ["Judged", "Point", "Target", "Choice", "GRID", "DEFAULT_THRESHOLD", "figures",
            "point_at", "cuts", "curve", "recommend", "display_rows", "TABLE"]
 
-#: Where a threshold sits when none is configured: the sampled verdict's own cut.
-DEFAULT_THRESHOLD = 0.5
 #: Thresholds always evaluated besides the cases' own probabilities: round
 #: numbers to show in tables, and to recommend when they do as well as a cut.
 GRID = tuple(round(0.05 * k, 2) for k in range(1, 20))

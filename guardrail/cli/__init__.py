@@ -8,6 +8,17 @@
 The ``nexagauge`` alias exists because the judging contract's spec
 (``redteam-node.md``) writes its command lines as ``nexagauge estimate redteam …``
 and ``nexagauge run redteam …``; with the alias they run as written.
+
+- :mod:`.batch` (with :mod:`.estimate_view`, :mod:`.progress`, :mod:`.options`) —
+  ``run``, ``estimate`` and the flags that stand for settings.
+- :mod:`.stream` (with :mod:`.rates`, :mod:`.status`) — ``broker``, ``worker``,
+  ``produce``, ``tail``, ``rates``, ``replay``, ``status``.
+- :mod:`.calibrate`, :mod:`.labels`, :mod:`.inputs` (with :mod:`.inputs_runs`,
+  :mod:`.inputs_sessions`), :mod:`.local` — ``calibrate``, ``labels``,
+  ``inputs check``, ``judge serve`` and ``demo``.
+
+The top layer: it may import any wing, and none imports it. Commands import what
+they run when they run (``estimate`` never loads litellm, ``--help`` no judge).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from ..providers.litellm import cached_input_price
 from ..batch.run import (EXIT_PASS, GATE_EXIT_CODES, NOTHING_JUDGED_EXIT, BatchSummary,
                      report_folder, run_batch)
 from ..batch.estimate import estimate_cases
-from ..judging.evaluate import build_evaluator
+from ..judges.build import build_evaluator
 from ..formats import build_decoder
 from ..formats.settings import INPUT_FORMATS
 from ..formats.reader import InputRead, read_inputs

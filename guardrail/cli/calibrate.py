@@ -107,7 +107,9 @@ def _topic_labels(settings: Any, topic: str, metrics: tuple[str, ...], limit: in
     from ..review.labels_topic import label_rows, read_labels_topic
 
     topic = topic or settings.review.labels_topic
-    fold = asyncio.run(read_labels_topic(settings, topic=topic))
+    fold = asyncio.run(read_labels_topic(
+        settings.kafka, settings.review, topic=topic,
+        fetch_wait_ms=settings.worker.consumer_fetch_wait_ms))
     assert fold is not None
     return f"topic:{topic}", read_label_rows(label_rows(fold.records(), topic),
                                              metrics=metrics, limit=limit)

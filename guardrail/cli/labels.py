@@ -47,7 +47,9 @@ def export_command(out: Path, topic: str | None, metrics: tuple[str, ...],
     settings = settings_from_flags(bootstrap_servers=bootstrap_servers, **flags)
     topic = topic or settings.review.labels_topic
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # the error line says it once
-    fold = asyncio.run(read_labels_topic(settings, topic=topic, timeout=timeout))
+    fold = asyncio.run(read_labels_topic(
+        settings.kafka, settings.review, topic=topic, timeout=timeout,
+        fetch_wait_ms=settings.worker.consumer_fetch_wait_ms))
     assert fold is not None
     labels = [label for label in fold.records() if not metrics or label.metric in metrics]
     text = b"".join(line + b"\n" for line in label_lines(labels)).decode()

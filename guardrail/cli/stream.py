@@ -17,7 +17,7 @@ from ..formats.reader import parse_records
 from ..kafka.broker import DEFAULT_PORT, EmbeddedBroker
 from ..kafka.io import produce_records, tail_records
 from ..kafka.topics import ensure_topics
-from ..stream.envelope import parse_event_time
+from .._event_time import parse_event_time
 from .batch import batch_api_options, input_format_options, settings_from_flags, settings_options
 from .options import setting_option
 from .progress import Progress
@@ -177,13 +177,15 @@ def _agreement(settings: Any, rows: list[dict[str, Any]], metrics: tuple[str, ..
                timeout: float) -> list[dict[str, Any]]:
     """The reviewers' agreement with the judge per window (``/agreement`` rows),
     from the labels topic read once; [] when it is missing or empty."""
-    from ..agents.rates_view import RatesUnavailable
+    from ..kafka.changelog import RatesUnavailable
     from ..agents.window_cells import stale_before
     from ..stream.agreement import agreement_rows
     from ..review.labels_topic import read_labels_topic
 
     try:
-        fold = asyncio.run(read_labels_topic(settings, timeout=timeout, missing_ok=True))
+        fold = asyncio.run(read_labels_topic(
+            settings.kafka, settings.review, timeout=timeout, missing_ok=True,
+            fetch_wait_ms=settings.worker.consumer_fetch_wait_ms))
     except RatesUnavailable as exc:
         click.echo(f"warning: no agreement figures: {exc}", err=True)
         return []

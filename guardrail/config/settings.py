@@ -19,7 +19,7 @@ judge never sees the Kafka password)::
     settings.sampling    # SamplingSettings: sample rate and rules, the judge budget
     settings.inputs      # InputSettings: input_format, input_mapping, otlp_endpoint, ...
     settings.review      # ReviewSettings: review queue, labels topic, agreement alerts
-    settings.escalation  # EscalationSettings (guardrail.judges.cascade): escalate_model, band, ...
+    settings.escalation  # EscalationSettings (guardrail.judges.settings): escalate_model, band, ...
     settings.runs        # RunSettings (guardrail.assembly.runs): agent runs from OTLP spans
     settings.sessions    # SessionSettings (guardrail.assembly.sessions): conversations judged whole
     settings.batch_api   # BatchApiSettings (guardrail.batch_api): run --batch-api chunks, polls
@@ -32,10 +32,11 @@ comma-separated, nested blocks as JSON), as ``load_settings`` keywords and in
 (``judge: {model: ...}``). Secrets are :class:`pydantic.SecretStr` and never
 printed.
 
-The groups live in :mod:`guardrail._settings_groups` and beside the code they
-configure (inputs, review, escalation); every field's docstring is its
-description, from which the settings reference of the docs is generated
-(:mod:`guardrail.reference.settings`).
+Each group lives in the wing it configures (``judges/settings.py``,
+``kafka/settings.py``, ``stream/settings.py`` …), so a wing reads its own group
+and never the whole; this module, above the wings, gathers them. Every field's
+docstring is its description, from which the settings reference of the docs is
+generated (:mod:`guardrail.reference.settings`).
 """
 
 from __future__ import annotations
@@ -47,16 +48,18 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from .._settings_groups import (AlertRule, EvaluationSettings, JudgeSettings, KafkaSettings,
-                               SampleRule, SamplingSettings, WindowSettings, WorkerSettings)
-from ..judges.cascade import EscalationSettings
-from ..formats.settings import InputSettings
-from ..review.settings import ReviewSettings
 from ..assembly.runs.settings import RunSettings
 from ..assembly.sessions.settings import SessionSettings
 from ..batch_api.settings import BatchApiSettings
-from .file import read_config_file
+from ..formats.settings import InputSettings
+from ..judges.settings import EscalationSettings, JudgeSettings
+from ..judging.settings import DEFAULT_CACHE_PATH, EvaluationSettings
+from ..kafka.settings import KafkaSettings
+from ..review.settings import ReviewSettings
+from ..stream.settings import (AlertRule, SampleRule, SamplingSettings, WindowSettings,
+                               WorkerSettings)
 from ..errors import ConfigError
+from .file import read_config_file
 
 __all__ = ["Settings", "JudgeSettings", "EvaluationSettings", "KafkaSettings", "WorkerSettings",
            "WindowSettings", "AlertRule", "SamplingSettings", "InputSettings", "ReviewSettings",
@@ -66,10 +69,6 @@ __all__ = ["Settings", "JudgeSettings", "EvaluationSettings", "KafkaSettings", "
            "read_config_file", "ENV_PREFIX", "FLAT_NAMES", "DEFAULT_CACHE_PATH"]
 
 ENV_PREFIX = "GUARDRAIL_"
-
-#: Where ``replay`` keeps judgments when ``cache_path`` is unset, so a second
-#: replay of the same range pays the judge nothing.
-DEFAULT_CACHE_PATH = Path("~/.cache/guardrail/judgments.sqlite")
 
 #: Group name → (its model, the prefix of its fields' flat names).
 _GROUPS: dict[str, tuple[type[BaseModel], str]] = {

@@ -10,7 +10,10 @@
 - :mod:`.truth` compares the verdicts with the samples' truth labels;
 - ``samples.jsonl`` holds the built-in answers of two assistant versions.
 
-Its Kafka side (publish, follow) is :mod:`guardrail.demo.stream`.
+- :mod:`.stream` is its Kafka side: publish the samples, follow results and alerts.
+
+It starts the broker, the judge and a worker as processes, so it imports their
+wings' settings and helpers, never the worker's Faust code.
 """
 
 from .display import alert_lines, result_line

@@ -33,7 +33,8 @@ from .._processes import Child, free_port, guardrail_argv, wait_for_port
 from ..errors import ConfigError, GuardrailError
 from ..kafka.broker import EmbeddedBroker
 from .stream import DemoStream
-from ..config.settings import AlertRule, Settings, settings_env
+from ..config.settings import Settings, settings_env
+from ..stream.settings import AlertRule
 from .judge_status import JudgeWatch
 from .screen import Screen
 from .truth import JUDGE_NOTES, agreement

@@ -8,33 +8,48 @@ batch commands and ``guardrail inputs check`` all go through one decoder::
     for case in decoded.cases: ...                     # dicts in the case schema
     decoded.skipped                                    # {"no_genai_span": 1}
 
+    cases, problems = read_cases(Path("cases.jsonl"))  # a file: JSON, a JSON array or JSON Lines
+
 Formats:
 
 - ``case`` (:class:`CaseDecoder`): guardrail's case JSON (the default).
-- ``otlp`` (:class:`OtlpDecoder`): the OpenTelemetry Collector kafka
-  exporter's ``ExportTraceServiceRequest`` records (``otlp_proto`` or
-  ``otlp_json``); every GenAI span is a case.
-- ``openai`` (:class:`OpenAIDecoder`): chat-completions request/response logs.
-- ``mapping`` (:class:`MappingDecoder`): any JSON event, fields picked by
-  JMESPath expressions (``input_mapping``).
+- ``otlp`` (:class:`~guardrail.formats.otlp.OtlpDecoder`): the OpenTelemetry Collector
+  kafka exporter's ``ExportTraceServiceRequest`` records (``otlp_proto`` or
+  ``otlp_json``); every GenAI span is a case, in the OTel GenAI, OpenInference and
+  OpenLLMetry conventions (:mod:`.otlp_conventions`).
+- ``openai`` (:class:`~guardrail.formats.openai.OpenAIDecoder`): chat-completions
+  request/response logs.
+- ``mapping`` (:class:`~guardrail.formats.mapping.MappingDecoder`): any JSON event,
+  fields picked by JMESPath expressions (``input_mapping``).
+
+Files of cases are read by :mod:`.reader`; the ``inputs`` settings group is
+:mod:`.settings`. It imports the judging core (a case's shape), never the stream,
+assembly or Kafka; the OTLP decoder is imported only when chosen (protobuf).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .base import Decoded, Headers, InputDecoder, Notice, UndecodableRecord, load_json
 from .case import CaseDecoder
-
-if TYPE_CHECKING:
-    from ..assembly.sessions.settings import SessionSettings
-    from ..config.settings import InputSettings
+from .reader import InputProblem, InputRead, read_cases, read_inputs
+from .settings import InputSettings
 
 __all__ = ["Decoded", "Headers", "InputDecoder", "Notice", "UndecodableRecord", "load_json",
-           "CaseDecoder", "build_decoder"]
+           "CaseDecoder", "build_decoder", "AssociationKeys", "InputSettings", "InputProblem",
+           "InputRead", "read_cases", "read_inputs"]
 
 
-def build_decoder(inputs: InputSettings, sessions: SessionSettings | None = None, *,
+class AssociationKeys(Protocol):
+    """The part of the ``sessions`` group the OTLP decoder reads (the group lives with
+    the sessions, :mod:`guardrail.assembly.sessions`)."""
+
+    @property
+    def session_association_keys(self) -> tuple[str, ...]: ...
+
+
+def build_decoder(inputs: InputSettings, sessions: AssociationKeys | None = None, *,
                   runs: Any = None) -> InputDecoder:
     """The decoder ``inputs.input_format`` names (a bad ``input_mapping`` raises
     :class:`~guardrail.errors.ConfigError` here, at startup). For ``otlp``:

@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ..judging.conversation import json_type
+
 __all__ = ["Decoded", "Notice", "UndecodableRecord", "InputDecoder", "Headers", "load_json",
            "json_type"]
 
@@ -97,9 +99,3 @@ def load_json(raw: bytes) -> Any:
     except orjson.JSONDecodeError as exc:
         raise UndecodableRecord(f"value is not valid JSON: {str(exc)[:200]}") from None
 
-
-def json_type(value: Any) -> str:
-    """How a JSON value is named in errors: ``an array``, ``a string`` …"""
-    return {list: "an array", str: "a string", bool: "a boolean", int: "a number",
-            float: "a number", type(None): "null", dict: "an object"}.get(
-        type(value), type(value).__name__)

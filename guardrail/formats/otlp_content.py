@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from ..judging.steps import REDACTED
 from .base import Notice, json_type
 
 __all__ = ["Exchange", "Unreadable", "ContentReading", "MAX_DEPTH", "REDACTED", "text_of",
@@ -35,8 +36,6 @@ __all__ = ["Exchange", "Unreadable", "ContentReading", "MAX_DEPTH", "REDACTED", 
 #: Messages nest about six levels (array → message → parts → part → content),
 #: tool results a few more; deeper than this is no conversation anyone wrote.
 MAX_DEPTH = 64
-#: OpenInference writes this where content capture was turned off.
-REDACTED = "__REDACTED__"
 #: Part types whose text a user reads (reasoning and tool calls are not the answer).
 _TEXT_PARTS = frozenset({"text", "refusal", "output_text", "input_text"})
 _ROLES = {"developer": "system", "model": "assistant", "human": "user", "ai": "assistant"}

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from .._settings_groups import GROUP_CONFIG
+from .._group_config import GROUP_CONFIG
 
 __all__ = ["InputSettings", "INPUT_FORMATS"]
 

@@ -38,58 +38,14 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, SecretStr, field_validator
-
-from .._settings_groups import GROUP_CONFIG
 from .._tasks import gather_or_cancel
 from ..errors import ConfigError, JudgeConfigError
 from ..judging.models import Case, MetricResult, MetricRubric
+from .settings import EscalationSettings
 
 __all__ = ["EscalationSettings", "Cascade", "escalation_judge_settings"]
 
 log = logging.getLogger("guardrail.cascade")  # the name users configure logging by
-
-
-class EscalationSettings(BaseModel):
-    """The cascade's second judge (flat names ``escalate_<field>``); off while
-    ``model`` is unset. Its other settings (timeout, retries, concurrency,
-    transport, structured output, log-probabilities) are the ``judge_*`` ones."""
-
-    model_config = GROUP_CONFIG
-
-    model: str | None = None
-    """The escalation judge, a litellm model string that differs from ``judge_model``:
-    a metric whose first P(UNSAFE) lies in ``escalate_band`` is judged again by it,
-    and its verdict stands. Unset: no cascade."""
-    api_base: str | None = None
-    """Base URL of the escalation judge's API. Unset: the provider's own endpoint."""
-    api_key: SecretStr | None = None
-    """API key of the escalation judge. Secret: never printed."""
-    band: tuple[float, float] = (0.2, 0.8)
-    """The P(UNSAFE) interval, ends included, in which a first judgment is escalated:
-    low and high with 0 ≤ low ≤ high ≤ 1. A judgment without P(UNSAFE) is never
-    escalated. In the environment as two numbers, ``0.2,0.8``."""
-    on: Literal["unsure", "unsafe", "both"] = "unsure"
-    """Which first judgments are judged again: ``unsure`` (P(UNSAFE) in
-    ``escalate_band``), ``unsafe`` (every UNSAFE verdict, e.g. a guard's, to get
-    violations and evidence for what is flagged) or ``both``. Metrics the first
-    judge does not cover (a guard model's) are always escalated."""
-
-    @field_validator("band", mode="before")
-    @classmethod
-    def _band_from_text(cls, value: Any) -> Any:
-        # From the environment as "0.2,0.8", or as the JSON settings_env writes.
-        if isinstance(value, str):
-            return [part.strip() for part in value.strip().strip("[]").split(",")]
-        return value
-
-    @field_validator("band")
-    @classmethod
-    def _band_is_an_interval(cls, band: tuple[float, float]) -> tuple[float, float]:
-        low, high = band
-        if not 0.0 <= low <= high <= 1.0:
-            raise ValueError(f"must be two probabilities low <= high in [0, 1], got {list(band)}")
-        return band
 
 
 def escalation_judge_settings(judge: Any, escalation: EscalationSettings) -> Any:

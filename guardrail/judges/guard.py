@@ -57,11 +57,12 @@ import orjson
 
 from .._tasks import gather_or_cancel
 from ..errors import ConfigError, JudgeConfigError, JudgeError
-from .llm import GroupReply, JudgeReply, LLMJudge, Usage
+from .llm import LLMJudge
+from ..judging.judge import GroupReply, JudgeReply, Usage
 from ..judging.models import Case, MetricRubric, ScoringMode
 from ..judging.parsing import BinaryAnswer, answer_model
 from ..judging.prompts import JudgePrompt
-from ..config.settings import JudgeSettings
+from .settings import JudgeSettings
 from .transports import Transport
 from .categories import CategoryMap, MetricVerdict, load_category_map
 from .protocols import (GuardAnswerError, GuardCoverageError, GuardInput, GuardProtocol,

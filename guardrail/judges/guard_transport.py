@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from ..config.settings import JudgeSettings
+from .settings import JudgeSettings
 from .micro_batch import MicroBatcher
 from .protocols.base import GuardAnswerError
 from .protocols.moderation import share_tokens, split_results

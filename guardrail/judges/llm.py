@@ -1,6 +1,6 @@
 """The LLM judge: one prompt, one call, validated answers for its metrics.
 
-A judge is any async callable matching :class:`Judge`; :class:`LLMJudge`
+A judge is any async callable matching :class:`~guardrail.judging.judge.Judge`; :class:`LLMJudge`
 reaches every provider litellm knows (``openai/...``, ``anthropic/...``,
 ``ollama/...``, ``hosted_vllm/...``) through a :mod:`transport <guardrail.judges.transports>`
 chosen once from its settings::
@@ -41,20 +41,20 @@ import asyncio
 import logging
 import random
 import time
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ..providers.litellm import price_tokens
 from ..errors import JudgeAnswerError, JudgeConfigError, JudgeError, JudgeUnavailable
+from ..judging.judge import GroupReply, JudgeReply, Usage
 from ..judging.models import ScoringMode
 from ..judging.parsing import (BinaryAnswer, group_response_schema, parse_answer, parse_group_answer,
                       response_schema)
 from ..judging.probability import AnswerTokens, Reading
 from ..judging.prompts import JudgePrompt
-from ..config.settings import JudgeSettings
+from .settings import JudgeSettings
 from .transports import Completion, Transport, make_transport, status_of
 
-__all__ = ["Judge", "JudgeReply", "GroupReply", "Usage", "LLMJudge", "LiteLLMJudge"]
+__all__ = ["LLMJudge", "LiteLLMJudge"]
 
 log = logging.getLogger("guardrail.judge")  # the name users configure logging by
 
@@ -69,89 +69,8 @@ _REPAIR_GROUP = (
 )
 
 
-@dataclass
-class Usage:
-    """Tokens and price spent on one metric (across a repair retry).
-
-    ``cached_tokens`` is the part of ``input_tokens`` the provider served from
-    its prompt cache (already priced at the cached rate in ``cost``).
-    ``seconds`` is time spent in the transport call itself, measured inside the
-    concurrency limit: what the judge took, not time queued behind other calls.
-    """
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost: float | None = 0.0
-    cached_tokens: int = 0
-    seconds: float = 0.0
-
-    def add(self, input_tokens: int, output_tokens: int, cost: float | None,
-            cached_tokens: int = 0, seconds: float = 0.0) -> None:
-        self.input_tokens += input_tokens
-        self.output_tokens += output_tokens
-        self.cached_tokens += cached_tokens
-        self.seconds += seconds
-        self.cost = None if cost is None or self.cost is None else self.cost + cost
-
-    def split(self, parts: int) -> list[Usage]:
-        """Equal shares of one call's spend whose sums are exactly this usage:
-        integer counts give their remainder to the first shares, and the last
-        share's cost is what the others leave."""
-        shares = [Usage(seconds=self.seconds / parts) for _ in range(parts)]
-        for name in ("input_tokens", "output_tokens", "cached_tokens"):
-            whole, rest = divmod(getattr(self, name), parts)
-            for i, share in enumerate(shares):
-                setattr(share, name, whole + (i < rest))
-        if self.cost is None:
-            for share in shares:
-                share.cost = None
-        else:
-            each = self.cost / parts
-            for share in shares[:-1]:
-                share.cost = each
-            shares[-1].cost = self.cost - each * (parts - 1)
-        return shares
-
-
-@dataclass(frozen=True)
-class JudgeReply:
-    answer: BinaryAnswer
-    usage: Usage = field(default_factory=Usage)
-    #: P(UNSAFE) read from the judge's token log-probabilities at the verdict
-    #: (None: the provider returned none; the sampled verdict stands).
-    probability: float | None = None
-    #: scale_1_5 only: P(severity = k) for k in 1..5, when known.
-    severity_probs: dict[int, float] | None = None
-    #: The judge said it is unsure (a guard's Controversial or Low confidence):
-    #: a cascade with ``escalate_on: unsure`` judges it again.
-    unsure: bool = False
-
-
-@dataclass(frozen=True)
-class GroupReply:
-    """One several-metric call: each metric's answer or error, and its share of the spend."""
-
-    answers: dict[str, BinaryAnswer | JudgeError]
-    usage: dict[str, Usage]
-    #: Per metric, as :attr:`JudgeReply.probability` / ``severity_probs``.
-    probabilities: dict[str, float | None] = field(default_factory=dict)
-    severity_probs: dict[str, dict[int, float] | None] = field(default_factory=dict)
-
-
-class Judge(Protocol):
-    """Judge one rendered prompt. Raise :class:`JudgeError` (with ``.usage``)."""
-
-    model: str
-
-    async def __call__(self, prompt: JudgePrompt, *, scoring_mode: ScoringMode,
-                       include_reasoning: bool) -> JudgeReply: ...
-
-    async def judge_group(self, prompt: JudgePrompt, *, scoring_mode: ScoringMode,
-                          include_reasoning: bool) -> GroupReply: ...
-
-
 class LLMJudge:
-    """A :class:`Judge` that asks an LLM through a :class:`~guardrail.judges.transports.Transport`."""
+    """A :class:`~guardrail.judging.judge.Judge` that asks an LLM through a :class:`~guardrail.judges.transports.Transport`."""
 
     def __init__(self, settings: JudgeSettings, *, transport: Transport | None = None) -> None:
         self.model = settings.model

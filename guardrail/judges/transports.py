@@ -43,7 +43,7 @@ from .answers import (Completion, HTTPStatusError, _count, answer_object, comple
                       decode_completion)
 from .http1 import HTTP1Client, HTTPConnectionError
 from ..judging.probability import TOP_LOGPROBS, read_logprobs
-from ..config.settings import JudgeSettings
+from .settings import JudgeSettings
 
 __all__ = ["Completion", "Transport", "LiteLLMTransport", "HTTPTransport", "HTTPStatusError",
            "OpenAICompatibleClient", "make_transport", "uses_direct_http", "status_of",

@@ -52,12 +52,11 @@ import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..formats.base import json_type
 
 __all__ = ["ChatMessage", "DEFAULT_CONVERSATION_CHARS", "CONTEXT_KEY", "message_text",
            "derive_fields", "render_turns", "conversation_budget", "TRAJECTORY_CONTEXT_KEY",
            "RESULT_CONTEXT_KEY", "DEFAULT_TRAJECTORY_CHARS", "DEFAULT_TOOL_RESULT_CHARS",
-           "trajectory_budget", "derive_trajectory"]
+           "trajectory_budget", "derive_trajectory", "json_type"]
 
 #: The default budget, in characters, of the ``conversation`` field.
 DEFAULT_CONVERSATION_CHARS = 8000
@@ -73,6 +72,13 @@ DEFAULT_TRAJECTORY_CHARS, DEFAULT_TOOL_RESULT_CHARS = 16_000, 2000
 # (and a reader) that the turn showed something it cannot see.
 _PLACEHOLDERS = {"image_url": "[image]", "input_image": "[image]", "input_audio": "[audio]",
                  "file": "[file]", "input_file": "[file]"}
+
+
+def json_type(value: Any) -> str:
+    """How a JSON value is named in errors: ``an array``, ``a string`` …"""
+    return {list: "an array", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null", dict: "an object"}.get(
+        type(value), type(value).__name__)
 
 
 def _bad(message: str) -> PydanticCustomError:

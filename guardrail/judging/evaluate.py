@@ -1,8 +1,9 @@
 """Judge one case against its metric set and assemble ``RedteamMetrics``.
 
-Pure judging logic: no Kafka, no files. The CLI and the streaming worker both
-build their :class:`Evaluator` with :func:`build_evaluator`, which holds the
-one cache policy::
+Pure judging logic: no Kafka, no files, and no judge of its own: it asks any
+:class:`~guardrail.judging.judge.Judge`. The CLI and the streaming worker both
+build their :class:`Evaluator` with :func:`guardrail.judges.build_evaluator`,
+which picks the configured judge and holds the one cache policy::
 
     evaluator = build_evaluator(settings)            # LLMJudge(settings.judge) + cache
     metrics = await evaluator.evaluate(Case(case_id="c1", output="..."))
@@ -46,27 +47,24 @@ UNSAFE iff P ≥ the metric's threshold (``verdict_thresholds``, else 0.5; see
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 from .._tasks import gather_or_cancel
-from .cache import JudgmentCache, MemoryCache, SqliteCache, cache_key
-from ..judges.cascade import Cascade, escalation_judge_settings
 from ..errors import JudgeConfigError, JudgeError, JudgeUnavailable
-from ..judges.llm import GroupReply, Judge, JudgeReply, LLMJudge, Usage
+from .cache import JudgmentCache, MemoryCache, SqliteCache, cache_key
+from .judge import GroupReply, Judge, JudgeReply, Usage
+from .metric_sets import MetricSets, case_kind
 from .models import (PASS_THRESHOLD, Case, CostEstimate, JudgeVerdict, MetricResult, MetricRubric,
                      RedteamMetrics, ScoringMode)
 from .parsing import ground_spans
-from .metric_sets import MetricSets, case_kind
 from .prompts import JudgePrompt, render_group_prompt, render_prompt
 from .rubrics import merge_metrics
-from ..config.settings import DEFAULT_CACHE_PATH, EvaluationSettings, JudgeSettings, Settings
+from .settings import DEFAULT_CACHE_PATH, EvaluationSettings
 from .verdicts import DEFAULT_THRESHOLD, apply_threshold, severity_to_score
 
-__all__ = ["Evaluator", "EffectiveConfig", "build_evaluator", "open_cache", "severity_to_score",
+__all__ = ["Evaluator", "EffectiveConfig", "SecondStage", "open_cache", "severity_to_score",
            "score_answer", "sampled_result", "MISSING_OUTPUT"]
-
-log = logging.getLogger("guardrail.judge")
 
 MISSING_OUTPUT = "not judged: output is required and is missing or empty"
 #: Judgments an in-memory cache keeps: it only has to bridge outage retries,
@@ -173,55 +171,24 @@ def open_cache(evaluation: EvaluationSettings, *, persistent: bool = False) -> J
     return SqliteCache(path.expanduser()) if path else MemoryCache(MEMORY_CACHE_ENTRIES)
 
 
-def build_evaluator(settings: Settings, *, judge: Judge | None = None,
-                    persistent_cache: bool = False,
-                    escalation_judge: Judge | None = None) -> Evaluator:
-    """An :class:`Evaluator` with the configured judge (or ``judge``) and the
-    cache :func:`open_cache` chooses; ``aclose()`` releases both. With
-    ``escalate_model`` set, a :class:`~guardrail.judges.cascade.Cascade` to that judge
-    (or ``escalation_judge``), sharing the cache."""
-    first = judge or make_judge(settings.judge)
-    cache = open_cache(settings.evaluation, persistent=persistent_cache)
-    cascade = None
-    if settings.escalation.model:
-        second = escalation_judge or LLMJudge(
-            escalation_judge_settings(settings.judge, settings.escalation))
-        cascade = Cascade(Evaluator(second, evaluation=settings.evaluation, cache=cache),
-                          first_model=first.model, band=settings.escalation.band,
-                          on=settings.escalation.on)
-    evaluator = Evaluator(first, evaluation=settings.evaluation, cache=cache, cascade=cascade)
-    use_rubrics = getattr(first, "use_rubrics", None)
-    if use_rubrics is not None:  # a guard: policies from the rubrics; say what it covers
-        # The session rubrics too (a message's bias and toxicity win by name).
-        use_rubrics(merge_metrics(evaluator.session_metrics, evaluator.run_metrics))
-        log.info("judge %s (%s): %s", first.model, settings.judge.protocol,
-                 first.describe(m.name for m in evaluator.run_metrics))  # type: ignore[attr-defined]
-    if cascade is not None:
-        gets = "the metrics the first stage does not cover, and " if use_rubrics else ""
-        log.info("escalation judge %s (rubric) covers every metric; it gets %sthe first "
-                 "stage's verdicts that escalate_on=%s names", cascade.model, gets,
-                 settings.escalation.on)
-    return evaluator
+class SecondStage(Protocol):
+    """A second judge that reviews a case's first results and may overrule some
+    (the cascade, :class:`guardrail.judges.cascade.Cascade`)."""
 
+    model: str
 
-def make_judge(settings: JudgeSettings) -> Judge:
-    """The judge ``judge_protocol`` names: the rubric judge, or a guard model
-    (:mod:`guardrail.judges`, loaded only when chosen)."""
-    if settings.protocol == "rubric":
-        return LLMJudge(settings)
-    from ..judges import GuardJudge
+    async def review(self, case: Case, config: Any, results: Sequence[MetricResult], *,
+                     per_message: bool) -> list[MetricResult]: ...
 
-    return GuardJudge(settings, settings.protocol, options=settings.protocol_options,
-                      categories=settings.guard_categories,
-                      unsure_verdict="UNSAFE" if settings.qwen3guard_controversial == "unsafe"
-                      else "SAFE")
+    async def aclose(self) -> None: ...
 
 
 class Evaluator:
     """Merge metric sets, judge each metric concurrently, score and aggregate."""
 
     def __init__(self, judge: Judge, *, evaluation: EvaluationSettings | None = None,
-                 cache: JudgmentCache | None = None, cascade: Cascade | None = None) -> None:
+                 cache: JudgmentCache | None = None, cascade: SecondStage | None = None,
+                 ) -> None:
         self.judge = judge
         self.cascade = cascade
         self.evaluation = evaluation = evaluation or EvaluationSettings()

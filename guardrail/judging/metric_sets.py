@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .models import Case, MetricRubric
 from .rubrics import agent_metrics, default_metrics, load_rubric_dir, merge_metrics, session_metrics
-from ..config.settings import EvaluationSettings
+from .settings import EvaluationSettings
 
 __all__ = ["MetricSets", "case_kind"]
 

@@ -43,9 +43,8 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..formats.base import json_type
-from .conversation import (ChatMessage, conversation_budget, derive_fields,
-                                   derive_trajectory, trajectory_budget)
+from .conversation import (ChatMessage, conversation_budget, derive_fields, derive_trajectory,
+                           json_type, trajectory_budget)
 
 __all__ = [
     "ITEM_FIELDS",

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..assembly.runs.steps import Step, StepKind, has_tool_activity, steps_from_messages, steps_from_spans
+from .steps import Step, StepKind, has_tool_activity, steps_from_messages
 
-__all__ = ["render_trajectory", "neutralise", "capped", "Step", "StepKind", "steps_from_spans",
+__all__ = ["render_trajectory", "neutralise", "capped", "Step", "StepKind",
            "steps_from_messages", "has_tool_activity", "FENCE_OPEN", "FENCE_CLOSE"]
 
 FENCE_OPEN, FENCE_CLOSE = "<<<", ">>>"

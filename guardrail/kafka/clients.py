@@ -18,7 +18,7 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 
 from ..errors import ConfigError
-from ..config.settings import KafkaSettings
+from .settings import KafkaSettings
 
 __all__ = ["resolve_bootstrap", "client_options", "ssl_context", "check_reachable",
            "EMBEDDED_HINT"]

@@ -23,7 +23,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.protocol.metadata import MetadataRequest
 
-from ..config.settings import KafkaSettings
+from .settings import KafkaSettings
 from .clients import check_reachable, client_options
 
 __all__ = ["ClusterFacts", "cluster_facts", "replication_for", "replication_warnings",

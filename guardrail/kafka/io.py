@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from ..config.settings import KafkaSettings
+from .settings import KafkaSettings
 from .clients import check_reachable, client_options
 
 __all__ = ["produce_records", "tail_records"]

@@ -16,10 +16,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.protocol.metadata import MetadataRequest
 
 from ..errors import ConfigError
-from ..config.settings import KafkaSettings, ReviewSettings
 from .clients import check_reachable, client_options
+from .settings import KafkaSettings
 
-__all__ = ["TopicMismatch", "topic_plan", "review_topics", "ensure_topics", "partition_counts",
+__all__ = ["TopicMismatch", "topic_plan", "ensure_topics", "partition_counts",
            "partition_count"]
 
 _TOPIC_ALREADY_EXISTS = 36
@@ -76,15 +76,6 @@ async def _default_replication(admin: AIOKafkaAdminClient) -> int:
 
     metadata = (await admin._send_request(MetadataRequest([], False))).to_object()
     return max(1, min(DEFAULT_REPLICATION, len(metadata["brokers"])))
-
-
-def review_topics(kafka: KafkaSettings, review: ReviewSettings) -> dict[str, int]:
-    """The review queue's topics when review is on (``review_users_file``), else none.
-    Not co-partitioned with anything: their counts are not checked."""
-    if review.review_users_file is None:
-        return {}
-    n = kafka.topic_partitions
-    return {review.review_topic: n, review.labels_topic: n}
 
 
 async def ensure_topics(kafka: KafkaSettings, plan: dict[str, int] | None = None,

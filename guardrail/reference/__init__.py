@@ -6,6 +6,9 @@ record schemas and metric names in the docs are the ones this code has::
     >>> from guardrail.reference import pages
     >>> sorted(pages())
     ['reference/metrics.md', 'reference/records.md', 'reference/settings.md']
+
+It reads every record model, settings group and metric, so it sits at the top
+beside the command line; nothing in the product imports it.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from ..config.settings import WorkerSettings
+from ..stream.settings import WorkerSettings
 from ..stream.telemetry import Telemetry
 from ._markdown import md_table
 

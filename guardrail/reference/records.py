@@ -28,7 +28,8 @@ from pydantic import BaseModel
 
 from ..review.records import LabelRecord, ReviewItem
 from ..review.settings import ReviewSettings
-from ..config.settings import KafkaSettings, Settings
+from ..config.settings import Settings
+from ..kafka.settings import KafkaSettings
 from ..stream.alert_schemas import AgreementAlert, BudgetAlert, RegressionAlert
 from ..stream.schemas import DlqRecord, JudgmentBundle, ResultRecord, WireRecord
 from ._markdown import md_table, models_in

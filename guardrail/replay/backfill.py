@@ -34,16 +34,18 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from .._tasks import cancel_and_wait, gather_or_cancel
 from ..judging.cache import BatchedCache
 from ..errors import ConfigError
-from ..judging.evaluate import build_evaluator
-from ..judges.llm import Judge
+from ..judges.build import build_evaluator
+from ..judging.judge import Judge
 from ..judging.models import RedteamMetrics
-from ..config.settings import KafkaSettings, Settings
+from ..config.settings import Settings
+from ..kafka.settings import KafkaSettings
 from ..stream.envelope import InputMessage, Source
 from ..stream.processing import JudgeTally, MessageJudge, Outgoing, RawMessage
 from ..stream.sampling import Sampler
 from ..kafka.clients import client_options
 from ..kafka.time_offsets import offset_for_time, read_end
-from ..kafka.topics import ensure_topics, partition_count, review_topics
+from ..kafka.topics import ensure_topics, partition_count
+from ..review.settings import review_topics
 
 __all__ = ["ReplaySummary", "replay", "output_topics", "plan_ranges", "new_origin",
            "prepare_outputs"]

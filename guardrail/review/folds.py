@@ -2,16 +2,17 @@
 
 Real Kafka compacts the labels topic; the embedded broker keeps every
 version, so readers fold: the newest record of a key is its value, a
-tombstone deletes it. Both folds are :class:`guardrail.agents.rates_view.RecordSink`\\ s,
-fed by a :class:`~guardrail.agents.rates_view.TopicFollower` (in the worker) or
-:func:`~guardrail.agents.rates_view.read_topic` (once, in commands)::
+tombstone deletes it. Both folds are :class:`guardrail.kafka.changelog.RecordSink`\\ s,
+fed by a :class:`~guardrail.kafka.changelog.TopicFollower` (in the worker) or
+:func:`~guardrail.kafka.changelog.read_topic` (once, in commands)::
 
     labels = LabelsFold()
-    await read_topic(settings, settings.review.labels_topic, labels)
+    await read_topic(settings.kafka, settings.review.labels_topic, labels, fetch_wait_ms=100)
     labels.records()          # the current LabelRecord of every (case_id, metric)
 
     queue = ReviewItemsFold()
-    follower = TopicFollower(settings, settings.review.review_topic, queue)
+    follower = TopicFollower(settings.kafka, settings.review.review_topic, queue,
+                             fetch_wait_ms=100)
 
 Records of another kind or schema version are skipped and counted
 (``skipped``), with the first reason kept, never an error: a worker of a

@@ -1,8 +1,8 @@
 """The labels topic read once, for commands: ``labels export``, ``calibrate
 --labels-topic`` and ``rates``::
 
-    fold = await read_labels_topic(settings)                  # RatesUnavailable if it can't
-    fold = await read_labels_topic(settings, missing_ok=True)  # None: no such topic
+    fold = await read_labels_topic(settings.kafka, settings.review)  # RatesUnavailable if not
+    fold = await read_labels_topic(settings.kafka, settings.review, missing_ok=True)  # None
     lines = label_lines(fold.records())     # what ``labels export`` writes
     cases, problems = read_label_rows(label_rows(fold.records(), topic))  # calibrate
 
@@ -19,27 +19,28 @@ from collections.abc import Iterable, Iterator
 import orjson
 from aiokafka.errors import KafkaError
 
+from ..kafka.changelog import ChangelogReader, RatesUnavailable
 from ..kafka.clients import resolve_bootstrap
-from ..agents.rates_view import ChangelogReader, RatesUnavailable
-from ..config.settings import Settings
+from ..kafka.settings import KafkaSettings
+from .settings import ReviewSettings
 from .folds import LabelsFold
 from .records import LabelRecord
 
 __all__ = ["read_labels_topic", "label_lines", "label_rows"]
 
 
-async def read_labels_topic(settings: Settings, *, topic: str | None = None,
+async def read_labels_topic(kafka: KafkaSettings, review: ReviewSettings, *,
+                            topic: str | None = None, fetch_wait_ms: int = 100,
                             timeout: float = 60.0, missing_ok: bool = False
                             ) -> LabelsFold | None:
     """Every label of the labels topic (the latest per key), read once up to the
     end seen at the start. A missing topic is None with ``missing_ok``, else,
     like an unreachable broker or a read slower than ``timeout``,
-    :class:`~guardrail.agents.rates_view.RatesUnavailable`."""
-    topic = topic or settings.review.labels_topic
+    :class:`~guardrail.kafka.changelog.RatesUnavailable`."""
+    topic = topic or review.labels_topic
     fold = LabelsFold()
-    reader = ChangelogReader(settings.kafka, topic, fold,
-                             fetch_wait_ms=settings.worker.consumer_fetch_wait_ms)
-    where = resolve_bootstrap(settings.kafka)
+    reader = ChangelogReader(kafka, topic, fold, fetch_wait_ms=fetch_wait_ms)
+    where = resolve_bootstrap(kafka)
     try:
         if not await reader.open():
             if missing_ok:

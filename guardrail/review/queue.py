@@ -71,7 +71,7 @@ class Remaining:
 
 class LabelKeys:
     """The labels topic as the queue needs it: which ``<case_id>|<metric>`` keys
-    hold a label (a :class:`~guardrail.agents.rates_view.RecordSink`; records of
+    hold a label (a :class:`~guardrail.kafka.changelog.RecordSink`; records of
     another kind or schema version are skipped and counted, as the folds do)."""
 
     def __init__(self, on_change: Callable[[str], None]) -> None:

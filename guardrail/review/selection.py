@@ -22,7 +22,7 @@ from typing import Any
 
 from ..judging.models import Case, MetricResult, MetricRubric, RedteamMetrics
 from ..judging.draws import is_sampled
-from ..calibration.thresholds import DEFAULT_THRESHOLD
+from ..judging.verdicts import DEFAULT_THRESHOLD
 from .records import ReviewItem, ReviewMetric, Slice, rubric_version
 from .settings import ReviewSettings
 

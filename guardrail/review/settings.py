@@ -8,9 +8,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from .._settings_groups import GROUP_CONFIG
+from .._group_config import GROUP_CONFIG
+from ..kafka.settings import KafkaSettings
 
-__all__ = ["ReviewSettings"]
+__all__ = ["ReviewSettings", "review_topics"]
 
 
 class ReviewSettings(BaseModel):
@@ -54,3 +55,12 @@ class ReviewSettings(BaseModel):
     corrected_min_reviews: int = Field(default=10, ge=1)
     """Reviews of each of the judge's verdicts (UNSAFE and SAFE alike) a window needs
     before its unsafe rate corrected for the judge's errors is shown."""
+
+
+def review_topics(kafka: KafkaSettings, review: ReviewSettings) -> dict[str, int]:
+    """The review queue's topics when review is on (``review_users_file``), else none.
+    Not co-partitioned with anything: their counts are not checked."""
+    if review.review_users_file is None:
+        return {}
+    n = kafka.topic_partitions
+    return {review.review_topic: n, review.labels_topic: n}

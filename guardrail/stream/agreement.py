@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .envelope import group_labels as _group_labels
-from .envelope import utc_iso
+from .._event_time import utc_iso
 from .events import window_key
 from ..review.records import LabelRecord
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ..config.settings import AlertRule
+from .settings import AlertRule
 from .schemas import WireRecord
 
 __all__ = ["Alert", "MetricAlert", "WindowBounds", "WindowTotals", "Baseline", "AlertExample", "RegressionAlert",

@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from ..config.settings import AlertRule
+from .settings import AlertRule
 
 __all__ = ["WindowCounts", "two_proportion_p_value", "check_rule", "Cooldown", "RECENT_ALERTS",
            "AlertDispatcher", "rule_for"]

@@ -42,7 +42,8 @@ from typing import Any
 from ..providers.litellm import price_tokens
 from ..errors import ConfigError
 from ..judging.models import RedteamMetrics
-from ..config.settings import JudgeSettings, SamplingSettings
+from ..judges.settings import JudgeSettings
+from .settings import SamplingSettings
 
 __all__ = ["SpendWindow", "BudgetGovernor", "check_budget_prices", "HOUR"]
 

@@ -37,7 +37,7 @@ from ..formats.base import InputDecoder, Notice, UndecodableRecord
 from ..formats.case import CaseDecoder, conversation_id
 from ..formats.reader import default_case_id, describe_validation
 from ..judging.models import Case, RedteamMetrics
-from .event_time import now_ms, parse_event_time, utc_iso
+from .._event_time import now_ms, parse_event_time, utc_iso
 
 #: The ``conversation`` field's default budget (``conversation_max_chars``).
 DEFAULT_CONVERSATION_CHARS = 8000

@@ -52,7 +52,8 @@ from opentelemetry.trace import (INVALID_SPAN, NonRecordingSpan, SpanContext, Tr
                                  set_span_in_context)
 
 from ..judging.models import MetricResult, RedteamMetrics
-from ..config.settings import Settings
+from ..formats.settings import InputSettings
+from ..judges.settings import JudgeSettings
 from .telemetry import Telemetry
 
 if TYPE_CHECKING:
@@ -306,10 +307,9 @@ def _extras(case_id: str | None, event_time_ms: int | None,
     return extras
 
 
-def evaluation_exporter(settings: Settings, telemetry: Telemetry | None = None,
-                        ) -> EvaluationExporter | None:
+def evaluation_exporter(inputs: InputSettings, judge: JudgeSettings,
+                        telemetry: Telemetry | None = None) -> EvaluationExporter | None:
     """The exporter ``otlp_endpoint`` asks for, or None when it is unset."""
-    endpoint = settings.inputs.otlp_endpoint
-    if not endpoint:
+    if not inputs.otlp_endpoint:
         return None
-    return EvaluationExporter(endpoint, telemetry, judge_model=settings.judge.model)
+    return EvaluationExporter(inputs.otlp_endpoint, telemetry, judge_model=judge.model)

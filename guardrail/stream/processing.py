@@ -36,22 +36,23 @@ from typing import Any, Protocol
 
 import orjson
 
+from .._event_time import now_ms
 from .._tasks import gather_or_cancel
 from ..assembly.base import RUN_SPAN_HEADERS
-from ..judging.evaluate import Evaluator
 from ..formats import CaseDecoder, InputDecoder, build_decoder
+from ..judging.evaluate import Evaluator
 from ..judging.models import RedteamMetrics
+from ..kafka.settings import KafkaSettings
 from ..review.selection import review_item
-from ..config.settings import KafkaSettings, ReviewSettings, Settings, WindowSettings, WorkerSettings
+from ..review.settings import ReviewSettings
 from .budget import BudgetGovernor
 from .envelope import (DEFAULT_CONVERSATION_CHARS, BadInput, DecodedRecord, Headers,
-                       InputMessage, Source, decode_record, dlq_record, group_labels,
-                       result_value)
-from .event_time import now_ms
+                       InputMessage, Source, decode_record, dlq_record, group_labels, result_value)
 from .events import JudgmentEvent, Status, bundled, encode_bundle
 from .sampling import Sampler
 from .session_turns import (TURN_HEADERS, counts_in_windows, message_unit, turn_record_value,
                             window_labels)
+from .settings import StreamGroups, WindowSettings, WorkerSettings
 from .tally import JudgeTally, unavailable_share
 from .telemetry import Telemetry
 
@@ -148,9 +149,9 @@ class MessageJudge:
         self._last_judge_success = float("-inf")
 
     @classmethod
-    def from_settings(cls, evaluator: Evaluator, settings: Settings, **options: Any,
+    def from_settings(cls, evaluator: Evaluator, settings: StreamGroups, **options: Any,
                       ) -> MessageJudge:
-        """Take the groups it needs (worker, kafka, windows, inputs) from ``settings``."""
+        """Take the groups it needs (:class:`~.settings.StreamGroups`) from ``settings``."""
         options.setdefault("decoder", build_decoder(settings.inputs, settings.sessions))
         options.setdefault("conversation_max_chars", settings.inputs.conversation_max_chars)
         options.setdefault("budgets", {

@@ -54,7 +54,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from ..config.settings import SampleRule, SamplingSettings
+from .settings import SampleRule, SamplingSettings
 from .envelope import InputMessage, Source, group_labels
 from ..judging.draws import is_sampled, sample_point
 from .events import mark_position, mark_value

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from guardrail.judging.evaluate import build_evaluator
+from guardrail.judges.build import build_evaluator
 from guardrail.local.rule_judge import ContentReply, JudgeServer
 from guardrail.config.settings import load_settings
 from guardrail.stream.envelope import Source

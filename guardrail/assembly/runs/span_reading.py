@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from ...formats.otlp_conventions import SpanEvent
-from ...formats.otlp_content import REDACTED
+from ...judging.steps import REDACTED, as_text, json_value, plain_text
 
 __all__ = ["ToolCall", "as_text", "plain_text", "unwrap_entity", "merged_events",
            "tool_call_of", "requested_calls", "text_turns", "agent_request", "agent_answer",
@@ -65,51 +65,11 @@ class ToolCall(NamedTuple):
 
 # -- values as text -------------------------------------------------------------------------
 
-def as_text(value: Any) -> str | None:
-    """A value as text: a string as it is, an object or array as compact JSON;
-    None when absent, empty or hidden (OpenInference's ``__REDACTED__``)."""
-    if value is None or value == "" or value == REDACTED:
-        return None
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    try:
-        return orjson.dumps(value, default=str).decode()
-    except TypeError:  # past orjson's nesting limit: nothing anyone reads as text
-        return None
-
-
-def _json(text: Any) -> Any:
-    if not isinstance(text, str) or not text.lstrip().startswith(("{", "[")):
-        return None
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
-
-
-def _text_block(block: Any) -> bool:
-    return (isinstance(block, Mapping) and isinstance(block.get("text"), str)
-            and set(block) <= {"text", "type"} and block.get("type", "text") == "text")
-
-
-def plain_text(text: str) -> str:
-    """Text that is a JSON array of text blocks (``[{"text": "…"}]``, as Strands and
-    MCP tools return results) as the text itself; any other text as it is."""
-    blocks = _json(text) if text.startswith("[") else None
-    if isinstance(blocks, list) and blocks and all(map(_text_block, blocks)):
-        return "\n".join(block["text"] for block in blocks)
-    return text
-
-
 def unwrap_entity(value: Any) -> str | None:
     """OpenLLMetry's ``traceloop.entity.input`` / ``.output``: the payload inside its
     JSON wrapper (decorators write ``{"args", "kwargs"}``, LangChain ``{"inputs"}`` /
     ``{"outputs"}``), as text."""
-    data = _json(value)
+    data = json_value(value)
     if data is None and isinstance(value, str) and value.startswith('"'):
         try:  # the decorators' json.dumps of a returned string
             data = orjson.loads(value)
@@ -156,7 +116,7 @@ def _semconv(attrs: Attrs, events: Sequence[SpanEvent], key: str) -> list[Mappin
     if value is None:
         value = next((e.attributes.get(key) for e in events
                       if e.name == DETAILS_EVENT and key in e.attributes), None)
-    messages = _json(value) if isinstance(value, str) else value
+    messages = json_value(value) if isinstance(value, str) else value
     if not isinstance(messages, list):
         return None
     return [m for m in messages if isinstance(m, Mapping)]
@@ -170,7 +130,7 @@ def _parts(messages: Iterable[Mapping], kind: str) -> list[Mapping]:
 def _blocks(value: Any) -> list[Mapping] | None:
     """Bedrock content blocks (Strands' legacy events) from their JSON text; None
     when the text is no JSON array (Strands writes an agent's answer as plain text)."""
-    blocks = _json(value)
+    blocks = json_value(value)
     return [b for b in blocks if isinstance(b, Mapping)] if isinstance(blocks, list) else None
 
 
@@ -298,11 +258,11 @@ def agent_request(attrs: Attrs, events: Sequence[SpanEvent]) -> list[dict[str, s
     turns = semconv_turns(attrs, events)
     if turns:
         return turns
-    history = _json(attrs.get("pydantic_ai.all_messages"))
+    history = json_value(attrs.get("pydantic_ai.all_messages"))
     if isinstance(history, list) and (turns := text_turns(history)):
         return [t for t in turns if t["role"] != "assistant"]
     value = attrs.get("input.value")
-    data = _json(value)
+    data = json_value(value)
     if isinstance(data, Mapping) and isinstance(data.get("messages"), list):
         data = data["messages"]
     if isinstance(data, list) and (turns := text_turns(data)):

@@ -1,51 +1,26 @@
-"""An agent run as steps: the model's turns, tool calls with their arguments, tool
-results, sub-agents nested under whoever invoked them; from a run's spans or from
-raw chat messages::
+"""An agent run's steps from its spans: the model's turns, tool calls with their
+arguments, tool results, sub-agents nested under whoever invoked them::
 
     steps = steps_from_spans(run_spans, root_id="00f067aa0ba902b7")
-    steps = steps_from_messages([
-        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
-         "function": {"name": "read_inbox", "arguments": '{"folder": "INBOX"}'}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "3 new mails"}])
-    [s.kind for s in steps]          # ['model', 'tool_call', 'tool_result']
-    has_tool_activity(messages)      # True
 
-A tool call and its result share a ``ref`` (the tool span's id, or the call id),
-so the rendering (:mod:`.trajectory`) numbers the result as its call.
+The steps are :class:`guardrail.judging.steps.Step` s, as raw chat messages give
+them (:func:`~guardrail.judging.steps.steps_from_messages`); a tool call and its
+result share a ``ref`` (the tool span's id), so the rendering
+(:mod:`guardrail.judging.trajectory`) numbers the result as its call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
 
 import orjson
 
-from .span_reading import as_text, plain_text
+from ...judging.steps import Step, StepKind, has_tool_activity, steps_from_messages
 from .spans import RunSpan
 
 __all__ = ["Step", "StepKind", "steps_from_spans", "steps_from_messages", "has_tool_activity"]
 
-StepKind = Literal["user", "agent", "model", "tool_call", "tool_result"]
 _NESTING = ("agent", "tool")  # the kinds whose children are shown indented under them
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of a run, as plain text (untrusted: the rendering fences and neutralises it)."""
-
-    kind: StepKind
-    depth: int = 0
-    #: user/model: the text; agent: its task when it has one; tool_call: the
-    #: arguments; tool_result: the result.
-    text: str = ""
-    #: The agent's or the tool's name.
-    name: str = ""
-    #: Joins a tool_call and its tool_result.
-    ref: str = ""
-    #: model: the names of the tools this turn asks for.
-    calls: tuple[str, ...] = ()
 
 
 # -- from spans -----------------------------------------------------------------------------
@@ -161,126 +136,3 @@ def _by_name(tool: RunSpan, llm: RunSpan, call: Mapping[str, str]) -> bool:
 def _by_name_and_arguments(tool: RunSpan, llm: RunSpan, call: Mapping[str, str]) -> bool:
     return _by_name(tool, llm, call) and \
         _normal(tool.tool_arguments) == _normal(call.get("arguments"))
-
-
-# -- from chat messages ---------------------------------------------------------------------
-
-def _role(message: Mapping[str, Any]) -> str:
-    role = message.get("role")
-    return role.strip().lower() if isinstance(role, str) else ""
-
-
-def _content_text(content: Any) -> str:
-    """Text of a message's content: a string, or the text of its text parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(t for p in content if isinstance(p, Mapping)
-                         and p.get("type") in ("text", "input_text", "output_text", None)
-                         and isinstance(t := p.get("text", p.get("content")), str))
-    return ""
-
-
-def _result_text(value: Any) -> str:
-    if isinstance(value, list) and all(isinstance(p, Mapping) and "text" in p for p in value):
-        return _content_text(value)
-    text = as_text(value)
-    return plain_text(text) if text else ""
-
-
-def _message_calls(message: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """``(name, arguments, id)`` of the tool calls an assistant message makes: OpenAI
-    ``tool_calls`` / ``function_call``, OTel ``tool_call`` parts, ``tool_use`` blocks."""
-    calls = []
-    listed = message.get("tool_calls")
-    for call in listed if isinstance(listed, (list, tuple)) else ():  # junk: no calls
-        function = call.get("function") if isinstance(call, Mapping) else None
-        if isinstance(function, Mapping):
-            calls.append((function.get("name"), function.get("arguments"), call.get("id")))
-    function = message.get("function_call")
-    if isinstance(function, Mapping):
-        calls.append((function.get("name"), function.get("arguments"), None))
-    for part in _parts(message):
-        if part.get("type") == "tool_call":
-            calls.append((part.get("name"), part.get("arguments"), part.get("id")))
-        elif part.get("type") == "tool_use":
-            calls.append((part.get("name"), part.get("input"), part.get("id")))
-    return [(name, as_text(args) or "", str(cid or "")) for name, args, cid in calls
-            if isinstance(name, str) and name]
-
-
-def _message_results(message: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(call id, result)`` of the tool results a message carries: OTel
-    ``tool_call_response`` parts and ``tool_result`` blocks."""
-    results = []
-    for part in _parts(message):
-        if part.get("type") == "tool_call_response":
-            results.append((part.get("id"), part.get("response", part.get("result"))))
-        elif part.get("type") == "tool_result":
-            results.append((part.get("tool_use_id"), part.get("content")))
-    return [(str(cid or ""), _result_text(value)) for cid, value in results]
-
-
-def _parts(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    parts = message.get("parts")
-    if not isinstance(parts, list):
-        parts = message.get("content")
-    return [p for p in parts if isinstance(p, Mapping)] if isinstance(parts, list) else []
-
-
-def steps_from_messages(messages: Sequence[Mapping]) -> list[Step]:
-    """The steps of raw chat messages (OpenAI chat-completion logs, case JSON, OTel
-    ``parts`` messages, Responses API items); system messages are left out."""
-    steps: list[Step] = []
-    names: dict[str, str] = {}  # call id → tool name, for the results
-    for message in messages:
-        if isinstance(message, Mapping):
-            steps.extend(_message_steps(message, names))
-    return steps
-
-
-def _message_steps(message: Mapping[str, Any], names: dict[str, str]) -> Iterable[Step]:
-    kind, role = message.get("type"), _role(message)
-    if kind == "function_call":  # Responses API items
-        return _calls([(message.get("name") or "tool", as_text(message.get("arguments")) or "",
-                        str(message.get("call_id") or ""))], names)
-    if kind == "function_call_output":
-        return _results([(str(message.get("call_id") or ""),
-                          _result_text(message.get("output")))], names)
-    if role in ("system", "developer"):
-        return []
-    if role in ("tool", "function"):
-        call_id = str(message.get("tool_call_id") or "")
-        if message.get("name") and call_id not in names:
-            names[call_id] = str(message["name"])
-        results = _message_results(message) or [(call_id, _result_text(message.get("content")))]
-        return _results(results, names)
-    text = _content_text(message.get("parts") if "parts" in message else message.get("content"))
-    calls = _message_calls(message)
-    steps = _results(_message_results(message), names)
-    if role == "user" and text.strip():
-        steps.append(Step("user", 0, text))
-    elif role != "user" and (text.strip() or calls):
-        steps.append(Step("model", 0, text, calls=tuple(name for name, _, _ in calls)))
-        steps.extend(_calls(calls, names))
-    return steps
-
-
-def _calls(calls: list[tuple[str, str, str]], names: dict[str, str]) -> list[Step]:
-    steps = []
-    for name, arguments, call_id in calls:
-        ref = call_id or f"call:{len(names)}"
-        names[ref] = name
-        steps.append(Step("tool_call", 0, arguments, name, ref))
-    return steps
-
-
-def _results(results: list[tuple[str, str]], names: Mapping[str, str]) -> list[Step]:
-    return [Step("tool_result", 0, text, names.get(call_id, "tool"), call_id)
-            for call_id, text in results]
-
-
-def has_tool_activity(messages: Sequence[Mapping]) -> bool:
-    """Whether raw chat messages hold any tool call or tool result."""
-    return any(step.kind in ("tool_call", "tool_result")
-               for step in steps_from_messages(messages))

@@ -12,29 +12,29 @@ ends. Pure logic, no Kafka (the Faust wiring is in :mod:`guardrail.agents`)::
 - :mod:`.transcript`: the judged ``session`` text (``render_transcript``).
 - :mod:`.case`: a session judgment's case dict (``session_case``).
 - :mod:`.prefix`: how much of consecutive judgments' prompts a prompt cache reuses.
+- :mod:`.book` and :mod:`.gathering`: a session's bookkeeping while its turns
+  arrive, as one kind of whole for the generic assembler.
 
 The names are imported on first use: :mod:`guardrail.config.settings` imports this
-package's settings, which must not pull in the judging core.
+package's settings, which must not pull in the judging core. Nothing here imports
+the stream or Kafka.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .case import session_case
     from .transcript import Transcript, render_transcript
+    from .settings import SessionSettings
     from .turns import Turn
 
-__all__ = ["Turn", "Transcript", "render_transcript", "session_case"]
+__all__ = ["Turn", "Transcript", "render_transcript", "session_case", "SessionSettings"]
 
-_HOMES = {"Turn": "turns", "Transcript": "transcript", "render_transcript": "transcript",
-          "session_case": "case"}
+_HOMES = {"Turn": ".turns", "Transcript": ".transcript", "render_transcript": ".transcript",
+          "session_case": ".case", "SessionSettings": ".settings"}
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{home}", __name__), name)
+__getattr__ = lazy_exports(__name__, _HOMES)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..base import SESSION_TURN_KIND
-from ...stream.envelope import utc_iso
+from ..._event_time import utc_iso
 from .book import SessionBook, SessionHeader, SessionLimits, due, recount
 from .settings import SessionSettings
 from .transcript import ordered_turns

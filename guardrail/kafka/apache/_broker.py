@@ -291,7 +291,7 @@ def wait_until_answers(bootstrap: str, timeout: float, *,
 
 def _answers(bootstrap: str) -> bool:
     """One try of the reachability check every guardrail command runs first."""
-    from ...config.settings import KafkaSettings
+    from ..settings import KafkaSettings
     from ..clients import check_reachable
 
     kafka = KafkaSettings(bootstrap_servers=bootstrap, bootstrap_timeout=2.0)

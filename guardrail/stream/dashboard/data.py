@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
-from ...config.settings import AlertRule
+from ..settings import AlertRule
 from ..alerts import rule_for
 from ..events import labels_of, unit_of, window_key
 from .spend import Spend
