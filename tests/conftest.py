@@ -23,6 +23,16 @@ async def judge_server():
 
 
 @pytest.fixture
+async def guard_server():
+    """A stand-in guard model (tests/support/guard_server.py), scripted per test."""
+    from support.guard_server import GuardServer
+
+    running = await GuardServer().start()
+    yield running
+    await running.aclose()
+
+
+@pytest.fixture
 def make_settings(judge_server):
     """Settings pointing the judge at the test server; keyword overrides apply."""
 

@@ -2,7 +2,7 @@
 
 Faust writes every change of a window cell to the table's changelog topic
 (``<app_id>-window-counts-changelog``) with its JSON codec. Captured from a
-running worker (see ``tests/test_window_cells.py``)::
+running worker (see ``tests/agents/test_window_cells.py``)::
 
     key   b'["toxicity|model=m,model_version=v1,prompt_version=-",[1795429200.0,1795429499.9]]'
     value b'{"total":6,"unsafe":1,"errors":0,"examples":[...],"marks":{"live|in|1":3},

@@ -11,7 +11,7 @@ chat format's fixed tokens per message and per reply::
     count_openai_chat_tokens("ollama/llama3", messages)       # None: ask litellm
 
 Anything else answers None and is for litellm to count
-(:func:`guardrail.providers.litellm.count_message_tokens`). ``tests/test_tokens.py``
+(:func:`guardrail.providers.litellm.count_message_tokens`). ``tests/providers/test_tokens.py``
 checks the two agree on every model this module counts, for messages under
 1,024 characters: litellm counts a longer text in 1,024-character pieces,
 a token or so more per piece than the text has, where this count is exact.

@@ -1,6 +1,6 @@
 """One example of each record on the records reference, by its section's anchor.
 
-Written by hand, checked by ``tests/test_reference_records.py``: each must
+Written by hand, checked by ``tests/reference/test_reference_records.py``: each must
 validate against its record's model (unknown keys refused) and serialise back
 unchanged, as the records of the real producers must.
 """

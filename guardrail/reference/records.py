@@ -6,7 +6,7 @@ always there, description) and an example. The tables come from the models'
 fields: :mod:`guardrail.stream.schemas` for the records written as plain dicts,
 :mod:`guardrail.judging.models` for the spec's part of a result and
 :mod:`guardrail.review.records` for the review topics.
-``tests/test_reference_records.py`` validates records of the real producers
+``tests/reference/test_reference_records.py`` validates records of the real producers
 and the examples below against the same models, unknown keys refused::
 
     >>> from guardrail.reference.records import records_page, RECORDS

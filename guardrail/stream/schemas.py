@@ -3,7 +3,7 @@
 The producers stay as they are (:func:`.envelope.result_record`,
 :func:`.envelope.dlq_record`, :func:`.events.encode_bundle`, and the
 alerts in :mod:`.alert_schemas`); these models say what each of them writes,
-field by field. They forbid unknown keys, so ``tests/test_reference_records.py``,
+field by field. They forbid unknown keys, so ``tests/reference/test_reference_records.py``,
 which validates records of the real producers against them, fails as soon as a
 producer writes a key that is not described here. The records reference
 (:mod:`guardrail.reference.records`) is generated from them::

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from guardrail._processes import free_port, guardrail_argv, port_open
 
-ROOT = Path(__file__).resolve().parents[2]
+from .paths import ROOT
 DOC_PORTS = (9092, 8089, 6066, 6067)
 _SKIP = re.compile(r"<!--\s*docs-test:\s*skip:\s*(?P<reason>.*?)\s*-->")
 _FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)")

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-DOCKER = Path(__file__).resolve().parents[2] / "docker"
+from .paths import ROOT
+
+DOCKER = ROOT / "docker"
 RULES = DOCKER / "prometheus" / "rules.yml"
 DASHBOARD = DOCKER / "grafana" / "dashboards" / "guardrail.json"
 

@@ -11,9 +11,11 @@ import ast
 import functools
 from pathlib import Path
 
+from .paths import ROOT
+
 __all__ = ["PACKAGE", "module_name", "imports", "modules", "strongly_connected"]
 
-PACKAGE = Path(__file__).resolve().parents[2] / "guardrail"
+PACKAGE = ROOT / "guardrail"
 
 
 def module_name(path: Path) -> str:

@@ -4,23 +4,11 @@ figures worked out by hand (guardrail.stream.agreement, no Kafka)."""
 from __future__ import annotations
 
 import pytest
+from support.records import T0, agreement_tracker, feed_labels, label_record, polite_judge_labels
 
 from guardrail.review import LabelRecord
 from guardrail.stream.agreement import (Confusion, agreement_cells, agreement_row, cell_of,
                                         corrected_rate, effective_n, rogan_gladen, wilson)
-
-T0 = 1_700_000_250_000  # ms; in the 300 s window from 1_700_000_100 (22:15 UTC)
-
-
-def _label(i: int, verdict: str | None, label: str, rate: float, *, metric: str = "toxicity",
-           ms: int = T0, **labels: str) -> LabelRecord:
-    slice_ = "error" if verdict is None else ("unsafe" if verdict == "UNSAFE" else "safe")
-    return LabelRecord(case_id=f"c{i}", metric=metric, label=label, choice="disagree_safe",
-                       reviewer="ana", judge_verdict=verdict, judge_model="j",
-                       rubric_version="r", slice=slice_, rate=rate,
-                       labels=labels or {"model": "m", "model_version": "v1"},
-                       event_time_ms=ms, fields={"output": f"text {i}"})
-
 
 def _fixed_set() -> list[LabelRecord]:
     """UNSAFE verdicts reviewed at rate 1 (weight 1): 8 unsafe, 2 safe. SAFE
@@ -29,7 +17,7 @@ def _fixed_set() -> list[LabelRecord]:
     rows = ([("UNSAFE", "unsafe", 1.0)] * 8 + [("UNSAFE", "safe", 1.0)] * 2
             + [("SAFE", "unsafe", 0.1)] * 2 + [("SAFE", "safe", 0.1)] * 18
             + [(None, "unsafe", 1.0)] * 2 + [(None, "safe", 1.0)])
-    return [_label(i, *row) for i, row in enumerate(rows)]
+    return [label_record(i, *row) for i, row in enumerate(rows)]
 
 
 def test_precision_recall_and_specificity_weigh_the_safe_slice_by_its_rate():
@@ -59,7 +47,7 @@ def test_judge_errors_count_apart_and_never_in_precision_or_recall():
     without = Confusion.of([lab for lab in _fixed_set() if lab.judge_verdict is not None])
     assert with_errors.precision() == without.precision()
     assert with_errors.recall() == without.recall()
-    only_errors = Confusion.of([_label(1, None, "unsafe", 1.0)])
+    only_errors = Confusion.of([label_record(1, None, "unsafe", 1.0)])
     assert only_errors.precision() is None and only_errors.recall() is None
     assert only_errors.reviewed == 1 and only_errors.judged_reviews == 0
 
@@ -142,9 +130,9 @@ def test_no_correction_without_enough_reviews_and_it_says_why():
 
 def test_cells_group_as_the_windows_do_and_rows_match_observed_rates():
     labels = _fixed_set() + [
-        _label(100, "UNSAFE", "unsafe", 1.0, model="m", model_version="v2", extra="x"),
-        _label(101, "UNSAFE", "unsafe", 1.0, ms=T0 + 300_000),
-        _label(102, "SAFE", "safe", 0.5, metric="bias")]
+        label_record(100, "UNSAFE", "unsafe", 1.0, model="m", model_version="v2", extra="x"),
+        label_record(101, "UNSAFE", "unsafe", 1.0, ms=T0 + 300_000),
+        label_record(102, "SAFE", "safe", 0.5, metric="bias")]
     key = cell_of(labels[0], window_seconds=300, group_labels=("model", "model_version",
                                                                   "prompt_version"))
     assert key.group == "model=m,model_version=v1,prompt_version=-"
@@ -184,56 +172,18 @@ def test_a_rate_outside_zero_one_is_refused():
 
 # -- the worker's tracker (guardrail.agents.agreement), fed by hand: no Kafka --------------
 
-class _Dispatcher:
-    def __init__(self) -> None:
-        self.sent: list[dict] = []
-
-    def dispatch(self, alert: dict) -> None:
-        self.sent.append(alert)
-
-
-def _tracker(tmp_path, now: list[float], rates=None, **overrides):
-    from guardrail.agents.agreement import AgreementTracker
-    from guardrail.config.settings import load_settings
-    from guardrail.stream.telemetry import Telemetry
-
-    users = tmp_path / "users"
-    users.write_text("ana:$2b$12$" + "x" * 53 + "\n")
-    values = {"review_users_file": str(users), "window_seconds": 300,
-              "window_expires_seconds": 3600, "agreement_min_reviews": 10,
-              "corrected_min_reviews": 5, **overrides}
-    settings = load_settings(environ={}, **values)
-    dispatcher, telemetry = _Dispatcher(), Telemetry()
-    tracker = AgreementTracker(settings, telemetry=telemetry, dispatcher=dispatcher,
-                               rates=rates, clock=lambda: now[0])
-    return tracker, dispatcher, telemetry
-
-
-def _feed(tracker, labels, *, caught_up=True):
-    for label in labels:
-        tracker.fold.apply(label.key(), label.encode(), where="test")
-    tracker.after_poll(caught_up=caught_up)
-
-
-def _polite_judge(start: int, n_false: int, *, ms: int) -> list[LabelRecord]:
-    """5 real insults flagged, ``n_false`` polite answers flagged too, 5 SAFE."""
-    rows = ([("UNSAFE", "unsafe")] * 5 + [("UNSAFE", "safe")] * n_false
-            + [("SAFE", "safe")] * 5)
-    return [_label(start + i, v, h, 1.0, ms=ms) for i, (v, h) in enumerate(rows)]
-
-
 def test_the_tracker_alerts_once_per_incident_and_exports_gauges(tmp_path):
     now = [T0 / 1000 + 60]
     window_start = "2023-11-14T22:15:00.000+00:00"
     group = "model=m,model_version=v1,prompt_version=-"
     rates = [{"metric": "toxicity", "group": group, "window_start": window_start,
               "total": 40, "unsafe": 16, "errors": 0}]
-    tracker, dispatcher, telemetry = _tracker(tmp_path, now, rates=lambda: rates)
-    _feed(tracker, [], caught_up=True)  # an empty topic: caught up at once
+    tracker, dispatcher, telemetry = agreement_tracker(tmp_path, now, rates=lambda: rates)
+    feed_labels(tracker, [], caught_up=True)  # an empty topic: caught up at once
     assert tracker.live and not dispatcher.sent
-    _feed(tracker, _polite_judge(0, 1, ms=T0))  # precision 5/6: above the 0.7 floor
+    feed_labels(tracker, polite_judge_labels(0, 1, ms=T0))  # precision 5/6: above the 0.7 floor
     assert not dispatcher.sent
-    _feed(tracker, _polite_judge(100, 9, ms=T0 + 1000))  # now 10 / 20 UNSAFE confirmed
+    feed_labels(tracker, polite_judge_labels(100, 9, ms=T0 + 1000))  # now 10 / 20 UNSAFE confirmed
     assert len(dispatcher.sent) == 1
     alert = dispatcher.sent[0]
     assert alert["kind"] == "agreement" and alert["metric"] == "toxicity"
@@ -246,8 +196,8 @@ def test_the_tracker_alerts_once_per_incident_and_exports_gauges(tmp_path):
                                           "(20 reviews")
     assert [e["judge_verdict"] for e in alert["examples"]] == ["UNSAFE"] * 3
     # The same incident goes on, in this window and the next: no second alert.
-    _feed(tracker, _polite_judge(200, 9, ms=T0 + 2000))
-    _feed(tracker, _polite_judge(300, 9, ms=T0 + 300_000))
+    feed_labels(tracker, polite_judge_labels(200, 9, ms=T0 + 2000))
+    feed_labels(tracker, polite_judge_labels(300, 9, ms=T0 + 300_000))
     assert len(dispatcher.sent) == 1
     metrics = telemetry.render().decode()
     # The gauges show the newest window with reviews (the second: 5 of 14).
@@ -271,24 +221,24 @@ def test_the_tracker_alerts_once_per_incident_and_exports_gauges(tmp_path):
 
 def test_labels_read_while_catching_up_arm_the_cooldown_without_alerting(tmp_path):
     now = [T0 / 1000 + 60]
-    tracker, dispatcher, _ = _tracker(tmp_path, now)
-    _feed(tracker, _polite_judge(0, 10, ms=T0), caught_up=False)  # history: already bad
+    tracker, dispatcher, _ = agreement_tracker(tmp_path, now)
+    feed_labels(tracker, polite_judge_labels(0, 10, ms=T0), caught_up=False)  # history: already bad
     assert not dispatcher.sent and not tracker.live
-    _feed(tracker, [], caught_up=True)
+    feed_labels(tracker, [], caught_up=True)
     assert tracker.live and not dispatcher.sent
-    _feed(tracker, _polite_judge(100, 10, ms=T0))  # the incident goes on: alerted before
+    feed_labels(tracker, polite_judge_labels(100, 10, ms=T0))  # the incident goes on: alerted before
     assert not dispatcher.sent
     other = [lab.model_copy(update={"labels": {"model": "other"}})
-             for lab in _polite_judge(500, 10, ms=T0)]
-    _feed(tracker, other)  # another group: its own incident
+             for lab in polite_judge_labels(500, 10, ms=T0)]
+    feed_labels(tracker, other)  # another group: its own incident
     assert [a["group"]["model"] for a in dispatcher.sent] == ["other"]
 
 
 def test_a_withdrawn_label_leaves_its_cell(tmp_path):
     now = [T0 / 1000 + 60]
-    tracker, _, _ = _tracker(tmp_path, now)
-    labels = _polite_judge(0, 0, ms=T0)
-    _feed(tracker, labels)
+    tracker, _, _ = agreement_tracker(tmp_path, now)
+    labels = polite_judge_labels(0, 0, ms=T0)
+    feed_labels(tracker, labels)
     assert tracker.rows()[0]["reviewed"] == 10
     tracker.fold.apply(labels[0].key(), None, where="test")  # a tombstone
     tracker.after_poll(caught_up=True)
@@ -304,7 +254,7 @@ def test_the_dashboard_panel_shows_figures_or_why_not_escaped():
     enough = agreement_row(key, Confusion.of(_fixed_set()), min_reviews=20,
                            corrected_min_reviews=10,
                            observed={"total": 100, "unsafe": 20, "errors": 0})
-    few = Confusion.of([_label(1, "UNSAFE", "unsafe", 1.0)] * 3)
+    few = Confusion.of([label_record(1, "UNSAFE", "unsafe", 1.0)] * 3)
     scarce_key = key.__class__("toxicity", "model=<b>x</b>,model_version=v2", key.start,
                                key.end)
     scarce = agreement_row(scarce_key, few, observed=None, min_reviews=20,
@@ -335,8 +285,8 @@ def test_corrected_rates_keep_within_a_bootstrap_budget_per_call(tmp_path, monke
     rates = [{"metric": "toxicity", "group": group,
               "window_start": "2023-11-14T22:15:00.000+00:00", "total": 40, "unsafe": 8,
               "errors": 0}]
-    tracker, _, _ = _tracker(tmp_path, now, rates=lambda: rates)
-    _feed(tracker, _polite_judge(0, 0, ms=T0))  # 5 + 5 reviews: se = sp = 1
+    tracker, _, _ = agreement_tracker(tmp_path, now, rates=lambda: rates)
+    feed_labels(tracker, polite_judge_labels(0, 0, ms=T0))  # 5 + 5 reviews: se = sp = 1
     monkeypatch.setattr(live, "BOOTSTRAP_BUDGET_SECONDS", 0.0)
     assert tracker.rows()[0]["corrected_note"].startswith("corrected rate not computed yet")
     monkeypatch.setattr(live, "BOOTSTRAP_BUDGET_SECONDS", 10.0)

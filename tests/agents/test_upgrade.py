@@ -9,16 +9,16 @@ import asyncio
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 from support.faults import _judged, _window_figures, delivery_figures, sample_cases
 from support.harness import StreamEnv, TopicWatcher, poll, produce
+from support.paths import SUPPORT
 
 pytestmark = [pytest.mark.kafka, pytest.mark.both_brokers,
               pytest.mark.slow, pytest.mark.timeout(300)]
 
-NEWER = [sys.executable, str(Path(__file__).parent / "support" / "newer_worker.py")]
+NEWER = [sys.executable, str(SUPPORT / "newer_worker.py")]
 
 
 def _get(port: int, path: str) -> tuple[int, str]:

@@ -2,7 +2,7 @@
 
 Tests that do not depend on how metrics are grouped into calls run with both
 ``judge_calls`` modes (the ``calls`` fixture); those that script one answer per
-metric pin ``per_metric``. The several-metric call itself: tests/test_per_message.py.
+metric pin ``per_metric``. The several-metric call itself: tests/judging/test_per_message.py.
 """
 
 import asyncio
@@ -24,7 +24,7 @@ SPEC_CASE = {
 
 
 def _evaluator(settings, cache=None):
-    # Through litellm, as the module says; tests/test_judge.py runs both transports.
+    # Through litellm, as the module says; tests/judges/test_judge.py runs both transports.
     settings = settings.model_copy(
         update={"judge": settings.judge.model_copy(update={"transport": "litellm"})})
     return Evaluator(LLMJudge(settings.judge), evaluation=settings.evaluation, cache=cache)

@@ -8,41 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.records import budget_governor, priced_verdict, spend_at
 
 from guardrail.errors import ConfigError
-from guardrail.judging.models import CostEstimate, MetricResult, RedteamMetrics
 from guardrail.config.settings import load_settings
-from guardrail.stream.budget import BudgetGovernor, SpendWindow, check_budget_prices
-from guardrail.stream.telemetry import Telemetry
+from guardrail.stream.budget import SpendWindow, check_budget_prices
 
 BIN = Path(sys.executable).parent
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
-def _verdict(cost, tokens=100, cached=False):
-    metric = MetricResult(name="toxicity", score=1.0, input_tokens=tokens, output_tokens=0,
-                          cost=cost, cached=cached)
-    return RedteamMetrics(metrics=[metric], cost=CostEstimate(cost=cost))
-
-
-def _governor(**settings):
-    clock, alerts, telemetry = Clock(), [], Telemetry()
-    sampling = load_settings(environ={}, **settings).sampling
-    governor = BudgetGovernor(sampling, notify=alerts.append, telemetry=telemetry, clock=clock)
-    return governor, clock, alerts, telemetry
-
-
-def _spend(governor, clock, at, cost, tokens=100):
-    clock.now = at
-    governor.record([_verdict(cost, tokens)])
-    return governor.update()
 
 
 def test_the_spend_window_slides_over_the_last_hour():
@@ -56,20 +28,20 @@ def test_the_spend_window_slides_over_the_last_hour():
 
 
 def test_over_budget_the_rate_halves_step_by_step_to_the_floor_with_one_alert():
-    governor, clock, alerts, telemetry = _governor(
+    governor, clock, alerts, telemetry = budget_governor(
         budget_usd_per_hour=1.0, budget_min_sample_rate=0.2, budget_step_seconds=10)
-    assert _spend(governor, clock, 1000, 0.4) is None  # 0.4 + 0.4 this interval: within
-    alert = _spend(governor, clock, 1000, 0.2)  # 0.6 + 0.6 would pass 1.0
+    assert spend_at(governor, clock, 1000, 0.4) is None  # 0.4 + 0.4 this interval: within
+    alert = spend_at(governor, clock, 1000, 0.2)  # 0.6 + 0.6 would pass 1.0
     assert governor.effective_rate == 0.5 and governor.factor == 0.5
     assert alerts == [alert] and alert["kind"] == "budget" and alert["state"] == "throttled"
     assert alert["spend"]["usd_last_hour"] == pytest.approx(0.6)
     assert alert["budget"]["usd_per_hour"] == 1.0
     assert (alert["previous_sample_rate"], alert["effective_sample_rate"]) == (1.0, 0.5)
-    _spend(governor, clock, 1005, 0.3)
+    spend_at(governor, clock, 1005, 0.3)
     assert governor.effective_rate == 0.5  # one step per budget_step_seconds
     rates = []
     for at in (1010, 1020, 1030, 1040):
-        _spend(governor, clock, at, 0.3)
+        spend_at(governor, clock, at, 0.3)
         rates.append(governor.effective_rate)
     assert rates == [0.25, 0.2, 0.2, 0.2]  # the floor: lowered, never stopped
     assert len(alerts) == 1
@@ -79,16 +51,16 @@ def test_over_budget_the_rate_halves_step_by_step_to_the_floor_with_one_alert():
 
 
 def test_when_the_hour_allows_the_rate_climbs_back_and_alerts_once_it_is_restored():
-    governor, clock, alerts, _ = _governor(
+    governor, clock, alerts, _ = budget_governor(
         sample_rate=0.8, budget_usd_per_hour=1.0, budget_min_sample_rate=0.1,
         budget_step_seconds=10)
-    _spend(governor, clock, 1000, 1.5)
+    spend_at(governor, clock, 1000, 1.5)
     for at in (1010, 1020, 1030):
-        _spend(governor, clock, at, 0.01)
+        spend_at(governor, clock, at, 0.01)
     assert governor.effective_rate == 0.1 and len(alerts) == 1
     rates = []
     for at in range(4610, 4660, 10):  # the burst is over an hour old, the pace is low
-        _spend(governor, clock, at, 0.01)
+        spend_at(governor, clock, at, 0.01)
         rates.append(governor.effective_rate)
     assert rates == [0.2, 0.4, 0.8, 0.8, 0.8]  # back to sample_rate, not above
     assert [a["state"] for a in alerts] == ["throttled", "restored"]
@@ -96,20 +68,20 @@ def test_when_the_hour_allows_the_rate_climbs_back_and_alerts_once_it_is_restore
 
 
 def test_a_token_budget_counts_judge_calls_only_never_cache_hits():
-    governor, clock, alerts, _ = _governor(budget_tokens_per_hour=1000,
+    governor, clock, alerts, _ = budget_governor(budget_tokens_per_hour=1000,
                                            budget_step_seconds=1)
     clock.now = 1000
-    governor.record([_verdict(None, tokens=5000, cached=True)])
+    governor.record([priced_verdict(None, tokens=5000, cached=True)])
     assert governor.update() is None and governor.factor == 1.0
-    governor.record([_verdict(None, tokens=600)])  # unpriced: tokens still count
+    governor.record([priced_verdict(None, tokens=600)])  # unpriced: tokens still count
     assert governor.update()["state"] == "throttled"
     assert governor.factor == 0.5
 
 
 def test_without_a_budget_nothing_steps():
-    governor, clock, alerts, _ = _governor(sample_rate=0.3)
+    governor, clock, alerts, _ = budget_governor(sample_rate=0.3)
     assert not governor.enabled
-    assert _spend(governor, clock, 1000, 1e6) is None and governor.effective_rate == 0.3
+    assert spend_at(governor, clock, 1000, 1e6) is None and governor.effective_rate == 0.3
 
 
 def test_a_usd_budget_needs_a_known_or_configured_judge_price():

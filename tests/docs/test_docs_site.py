@@ -18,8 +18,8 @@ import pytest
 from guardrail.cli import cli
 from guardrail.config.settings import ENV_PREFIX, FLAT_NAMES
 from guardrail.stream.telemetry import Telemetry
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install -e '.[docs]')")
 
 

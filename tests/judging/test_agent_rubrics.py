@@ -15,8 +15,8 @@ from guardrail.judging.models import ITEM_FIELDS, Case
 from guardrail.judging.prompts import render_group_prompt
 from guardrail.judging.rubrics import (agent_metrics, agent_rubric_dir, default_metrics,
                                default_rubric_dir, load_rubric_dir, parse_metric)
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "docker" / "samples" / "agent_runs.jsonl"
 AGENT = ["goal_drift", "tool_injection", "unsafe_action"]
 BIN = Path(sys.executable).parent

@@ -8,7 +8,7 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import pytest
-from test_guard_judge import GuardServer, llama, server  # noqa: F401  (server: a fixture)
+from support.guard_server import llama
 
 from guardrail.judges.cascade import escalation_judge_settings
 from guardrail.errors import ConfigError
@@ -18,30 +18,30 @@ from guardrail.judging.models import Case
 from guardrail.config.settings import load_settings
 
 
-def _settings(server, **overrides):  # noqa: F811
+def _settings(guard_server, **overrides):
     return load_settings(environ={"GUARDRAIL_JUDGE_PROTOCOL": "llama_guard"}, **{
-        "judge_model": "openai/llama-guard", "judge_api_base": server.api_base,
+        "judge_model": "openai/llama-guard", "judge_api_base": guard_server.api_base,
         "judge_api_key": "sk-test", "judge_max_retries": 0, **overrides})
 
 
-async def test_the_setting_builds_a_guard_judge_whose_results_keep_the_contract(server):  # noqa: F811
-    server.answer = lambda body: llama(0.91)
-    evaluator = build_evaluator(_settings(server))
+async def test_the_setting_builds_a_guard_judge_whose_results_keep_the_contract(guard_server):
+    guard_server.answer = lambda body: llama(0.91)
+    evaluator = build_evaluator(_settings(guard_server))
     try:
         assert isinstance(evaluator.judge, GuardJudge)
         metrics = await evaluator.evaluate(Case(case_id="c1", output="They are vermin."))
     finally:
         await evaluator.aclose()
-    assert len(server.requests) == 1  # every metric of the case from one guard call
+    assert len(guard_server.requests) == 1  # every metric of the case from one guard call
     by_name = {m.name: m for m in metrics.metrics}
     bias = by_name["bias"].result[0]
     assert (bias.verdict, bias.violations, bias.evidence_spans) == ("UNSAFE", ["S10: Hate"], [])
     assert by_name["bias"].score == 0.0 and bias.passed is False
 
 
-async def test_an_agent_rubric_the_guard_does_not_cover_is_an_error_naming_it(server):  # noqa: F811
-    server.answer = lambda body: llama(0.02)
-    evaluator = build_evaluator(_settings(server))
+async def test_an_agent_rubric_the_guard_does_not_cover_is_an_error_naming_it(guard_server):
+    guard_server.answer = lambda body: llama(0.02)
+    evaluator = build_evaluator(_settings(guard_server))
     case = Case(case_id="run", output="Done.", trajectory="USER REQUEST: hi\nFINAL ANSWER: Done.")
     try:
         metrics = await evaluator.evaluate(case)
@@ -54,27 +54,27 @@ async def test_an_agent_rubric_the_guard_does_not_cover_is_an_error_naming_it(se
     assert "openai/llama-guard" in drift.error
 
 
-def test_the_escalation_stage_is_a_rubric_judge_and_bad_options_are_config_errors(server):  # noqa: F811
-    settings = _settings(server, escalate_model="openai/big-judge",
+def test_the_escalation_stage_is_a_rubric_judge_and_bad_options_are_config_errors(guard_server):
+    settings = _settings(guard_server, escalate_model="openai/big-judge",
                          judge_protocol_options={"flavor": "granite3.3"})
     second = escalation_judge_settings(settings.judge, settings.escalation)
     assert second.protocol == "rubric" and second.protocol_options == {}
     with pytest.raises(ConfigError):
-        build_evaluator(_settings(server, judge_protocol_options={"no_such_option": 1}))
+        build_evaluator(_settings(guard_server, judge_protocol_options={"no_such_option": 1}))
 
 
 @pytest.mark.parametrize("on, escalated", [("unsure", set()), ("unsafe", {"flagged"}),
                                            ("both", {"flagged"})])
-async def test_a_guard_first_and_a_rubric_judge_second(server, on, escalated):  # noqa: F811
+async def test_a_guard_first_and_a_rubric_judge_second(guard_server, on, escalated):
     """The guard judges everything; the rubric judge sees only what ``escalate_on``
     sends it (a sure guard: nothing is in the band), plus the metrics the guard does
     not cover (a run's agent rubrics); its verdicts then stand."""
     from guardrail.local.rule_judge import JudgeServer
 
-    server.answer = lambda body: llama(0.97 if "idiot" in str(body["messages"]) else 0.01)
+    guard_server.answer = lambda body: llama(0.97 if "idiot" in str(body["messages"]) else 0.01)
     async with JudgeServer() as rubric_judge:
         evaluator = build_evaluator(_settings(
-            server, escalate_model="openai/test-judge", escalate_api_base=rubric_judge.api_base,
+            guard_server, escalate_model="openai/test-judge", escalate_api_base=rubric_judge.api_base,
             escalate_on=on))
         cases = {"flagged": Case(case_id="flagged", output="Read it yourself, you idiot."),
                  "fine": Case(case_id="fine", output="Happy to help."),
@@ -107,16 +107,16 @@ def name_in(name: str, prompt: str) -> bool:
     return marks[name] in prompt
 
 
-async def test_counts_per_stage_are_exact_on_metrics(server):  # noqa: F811
+async def test_counts_per_stage_are_exact_on_metrics(guard_server):
     import orjson
 
     from guardrail.local.rule_judge import JudgeServer
     from guardrail.stream.envelope import Source
     from guardrail.stream.processing import MessageJudge, RawMessage
 
-    server.answer = lambda body: llama(0.97 if "idiot" in str(body["messages"]) else 0.01)
+    guard_server.answer = lambda body: llama(0.97 if "idiot" in str(body["messages"]) else 0.01)
     async with JudgeServer() as rubric_judge:
-        settings = _settings(server, escalate_model="openai/test-judge",
+        settings = _settings(guard_server, escalate_model="openai/test-judge",
                              escalate_api_base=rubric_judge.api_base, escalate_on="unsafe")
         evaluator = build_evaluator(settings)
         judge = MessageJudge.from_settings(evaluator, settings)
@@ -135,7 +135,7 @@ async def test_counts_per_stage_are_exact_on_metrics(server):  # noqa: F811
 
 
 async def test_calibrate_on_a_guard_writes_thresholds_on_p_unsafe_that_the_judge_applies(
-        server, tmp_path):  # noqa: F811
+        guard_server, tmp_path):
     """Labelled texts with the guard's P(unsafe) in them: calibrate finds the
     threshold, writes it, and a judge loaded with that file applies it."""
     import re
@@ -148,19 +148,19 @@ async def test_calibrate_on_a_guard_writes_thresholds_on_p_unsafe_that_the_judge
         p = float(re.search(r"p=([0-9.]+)", str(body["messages"])).group(1))
         return llama(p)
 
-    server.answer = answer
+    guard_server.answer = answer
     rows = [(0.95, "unsafe"), (0.85, "unsafe"), (0.7, "unsafe"), (0.6, "safe"),
             (0.4, "safe"), (0.1, "safe")]
     path = tmp_path / "labels.jsonl"
     path.write_text("".join(f'{{"output": "text p={p}", "label": "{label}", '
                             f'"metric": "toxicity"}}\n' for p, label in rows))
     cases, _ = read_labels(path)
-    report = await calibrate(cases, settings=_settings(server), target=Target.parse("accuracy"))
+    report = await calibrate(cases, settings=_settings(guard_server), target=Target.parse("accuracy"))
     threshold = report.recommended()["toxicity"]
     assert 0.6 < threshold <= 0.7
     settings = load_settings(config_path=write_report(report, tmp_path / "cal")["thresholds"],
                              environ={"GUARDRAIL_JUDGE_PROTOCOL": "llama_guard"},
-                             judge_model="openai/llama-guard", judge_api_base=server.api_base,
+                             judge_model="openai/llama-guard", judge_api_base=guard_server.api_base,
                              judge_api_key="sk-test")
     evaluator = build_evaluator(settings)
     try:  # P = 0.6: the guard says unsafe, the calibrated threshold says SAFE
@@ -171,15 +171,15 @@ async def test_calibrate_on_a_guard_writes_thresholds_on_p_unsafe_that_the_judge
     assert tox.probability_unsafe == pytest.approx(0.6) and tox.result[0].verdict == "SAFE"
 
 
-async def test_a_rubric_guard_does_not_judge_a_trajectory_it_is_never_given(server):  # noqa: F811
+async def test_a_rubric_guard_does_not_judge_a_trajectory_it_is_never_given(guard_server):
     """``yes_no`` takes any rubric as its policy, but a guard is given the
     conversation only: the agent rubrics (which read the trajectory) are errors
     naming the field, never SAFE from the final answer alone."""
-    from test_guard_judge import yes_no
+    from support.guard_server import yes_no
 
-    server.answer = lambda body: yes_no(0.02)
+    guard_server.answer = lambda body: yes_no(0.02)
     settings = load_settings(environ={}, judge_protocol="yes_no", judge_model="openai/granite",
-                             judge_api_base=server.api_base, judge_api_key="sk-test",
+                             judge_api_base=guard_server.api_base, judge_api_key="sk-test",
                              judge_max_retries=0)
     evaluator = build_evaluator(settings)
     case = Case(case_id="run", output="Done.", trajectory=(
@@ -192,21 +192,21 @@ async def test_a_rubric_guard_does_not_judge_a_trajectory_it_is_never_given(serv
     assert metrics["toxicity"].result[0].verdict == "SAFE"  # judged on the conversation
     for name in ("tool_injection", "unsafe_action", "goal_drift"):
         assert metrics[name].score is None and "reads trajectory" in metrics[name].error
-    assert all("eve@evil.example" not in str(body) for body in server.requests)
+    assert all("eve@evil.example" not in str(body) for body in guard_server.requests)
 
 
-async def test_controversial_is_escalated_as_unsure_even_when_the_guard_is_confident(server):  # noqa: F811
+async def test_controversial_is_escalated_as_unsure_even_when_the_guard_is_confident(guard_server):
     """Qwen3Guard's Controversial carries a confident P (outside the band): with
     ``escalate_on: unsure`` it is judged again all the same."""
-    from test_guard_judge import qwen
+    from support.guard_server import qwen
 
     from guardrail.local.rule_judge import JudgeServer
 
-    server.answer = lambda body: qwen("Controversial", "Unethical Acts", 0.01, 0.98, 0.01)
+    guard_server.answer = lambda body: qwen("Controversial", "Unethical Acts", 0.01, 0.98, 0.01)
     async with JudgeServer() as rubric_judge:
         evaluator = build_evaluator(load_settings(
             environ={}, judge_protocol="qwen3guard", judge_model="openai/qwen3guard",
-            judge_api_base=server.api_base, judge_api_key="sk-test", judge_max_retries=0,
+            judge_api_base=guard_server.api_base, judge_api_key="sk-test", judge_max_retries=0,
             escalate_model="openai/test-judge", escalate_api_base=rubric_judge.api_base,
             escalate_on="unsure"))
         try:
@@ -218,9 +218,9 @@ async def test_controversial_is_escalated_as_unsure_even_when_the_guard_is_confi
     assert tox.judge_model == "openai/test-judge" and tox.result[0].verdict == "SAFE"
 
 
-async def test_the_startup_log_says_what_each_stage_covers(server, caplog):  # noqa: F811
+async def test_the_startup_log_says_what_each_stage_covers(guard_server, caplog):
     caplog.set_level(logging.INFO, logger="guardrail")
-    settings = _settings(server, escalate_model="openai/big-judge", escalate_on="unsafe")
+    settings = _settings(guard_server, escalate_model="openai/big-judge", escalate_on="unsafe")
     evaluator = build_evaluator(settings)
     await evaluator.aclose()
     lines = [r.getMessage() for r in caplog.records if r.name == "guardrail.judge"]

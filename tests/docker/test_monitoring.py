@@ -2,7 +2,7 @@
 and dashboard, and their wiring in compose.yaml. No Docker engine is needed;
 promtool (Debian: apt-get install prometheus) checks and unit-tests the rules
 when it is installed. The same references are checked against a live worker's
-/metrics in tests/test_dashboard_live.py."""
+/metrics in tests/agents/test_dashboard_live.py."""
 
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ import orjson
 import pytest
 from pydantic import BaseModel, ValidationError
 from support.otel_traffic import genai_spans, otlp_proto
-from test_agreement import T0, _feed, _polite_judge, _tracker
-from test_budget import _governor, _spend
-from test_window_counter import _counter, _judgment, _versioned
+from support.records import (T0, agreement_tracker, budget_governor, feed_labels,
+                             judgment_event, polite_judge_labels, spend_at, versioned_event,
+                             window_counter)
 
 from guardrail.reference.records import RECORDS, records_page
 from guardrail.review.records import LabelRecord, ReviewItem
@@ -189,17 +189,17 @@ async def test_many_case_records_name_each_case_by_its_index(make_settings, eval
 
 
 def test_regression_alerts_against_a_version_and_earlier_windows_are_described():
-    versioned = _counter(alert_rules=[{"metric": "*", "max_unsafe_rate": None,
+    versioned = window_counter(alert_rules=[{"metric": "*", "max_unsafe_rate": None,
                                        "min_judgments": 20, "baseline_windows": 0,
                                        "baseline_version": "v1"}],
                          group_labels=["model", "model_version"])
     for offset in range(100):
-        versioned.apply(_versioned(offset, "v1", "unsafe" if offset < 3 else "safe"), 1000.0)
+        versioned.apply(versioned_event(offset, "v1", "unsafe" if offset < 3 else "safe"), 1000.0)
     for offset in range(40):
-        versioned.apply(_versioned(offset, "v2", "unsafe" if offset % 2 else "safe"), 1000.0)
-    previous = _counter()  # the default rule: 20% and the previous 3 windows
+        versioned.apply(versioned_event(offset, "v2", "unsafe" if offset % 2 else "safe"), 1000.0)
+    previous = window_counter()  # the default rule: 20% and the previous 3 windows
     for offset in range(40):
-        previous.apply(_judgment(offset, "unsafe" if offset % 2 else "error"), 1000.0)
+        previous.apply(judgment_event(offset, "unsafe" if offset % 2 else "error"), 1000.0)
     alerts = [described(RegressionAlert, a)
               for a in versioned.dispatcher.alerts + previous.dispatcher.alerts]
     assert [a["baseline"]["kind"] for a in alerts] == ["version", "previous_windows"]
@@ -207,19 +207,19 @@ def test_regression_alerts_against_a_version_and_earlier_windows_are_described()
 
 
 def test_budget_alerts_both_ways_are_described():
-    governor, clock, alerts, _ = _governor(sample_rate=0.8, budget_usd_per_hour=1.0,
+    governor, clock, alerts, _ = budget_governor(sample_rate=0.8, budget_usd_per_hour=1.0,
                                            budget_min_sample_rate=0.1, budget_step_seconds=10)
-    _spend(governor, clock, 1000, 1.5)
+    spend_at(governor, clock, 1000, 1.5)
     for at in range(4610, 4660, 10):  # over an hour later: back up to the sample rate
-        _spend(governor, clock, at, 0.01)
+        spend_at(governor, clock, at, 0.01)
     assert [described(BudgetAlert, a)["state"] for a in alerts] == ["throttled", "restored"]
 
 
 def test_agreement_alerts_are_described(tmp_path):
     now = [T0 / 1000 + 60]
-    tracker, dispatcher, _ = _tracker(tmp_path, now)
-    _feed(tracker, [], caught_up=True)
-    _feed(tracker, _polite_judge(0, 10, ms=T0))
+    tracker, dispatcher, _ = agreement_tracker(tmp_path, now)
+    feed_labels(tracker, [], caught_up=True)
+    feed_labels(tracker, polite_judge_labels(0, 10, ms=T0))
     (alert,) = dispatcher.sent
     described(AgreementAlert, alert)
 

@@ -18,16 +18,15 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import litellm
 import pytest
 
 from guardrail.local.rule_judge import (ContentReply, ErrorReply, JudgeServer, hang, make_verdict,
                                         parse_prompt)
+from support.paths import ROOT
 
 NO_RETRY = {"num_retries": 0, "max_retries": 0}
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def judge_messages(metric: str, output: str, nonce: str = "a1b2c3d4") -> list[dict]:

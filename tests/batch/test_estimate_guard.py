@@ -9,7 +9,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import pytest
 from click.testing import CliRunner
-from test_guard_judge import GuardServer, llama, server, yes_no  # noqa: F401  (server: a fixture)
+from support.guard_server import llama, yes_no
 
 from guardrail.providers.litellm import count_message_tokens
 from guardrail.cli import cli
@@ -165,10 +165,10 @@ def test_a_rubric_judge_first_keeps_its_output_and_covers_every_metric(workdir):
     ("llama_guard", {}, "per_metric"),
 ])
 async def test_the_estimate_counts_exactly_what_the_guard_judge_sends(
-        server, protocol, options, calls):  # noqa: F811
-    server.answer = lambda body: llama(0.1) if protocol == "llama_guard" else yes_no(0.1)
+        guard_server, protocol, options, calls):
+    guard_server.answer = lambda body: llama(0.1) if protocol == "llama_guard" else yes_no(0.1)
     settings = load_settings(environ={}, judge_model="openai/guard",
-                             judge_api_base=server.api_base, judge_api_key="sk-test",
+                             judge_api_base=guard_server.api_base, judge_api_key="sk-test",
                              judge_max_retries=0, judge_protocol=protocol,
                              judge_protocol_options=options, judge_calls=calls,
                              redteam={"metrics": [ON_TOPIC]})
@@ -180,7 +180,7 @@ async def test_the_estimate_counts_exactly_what_the_guard_judge_sends(
         report = estimate_cases(cases, evaluator, judge=settings.judge)
     finally:
         await evaluator.aclose()
-    sent = [count_message_tokens("openai/guard", body["messages"]) for body in server.requests]
+    sent = [count_message_tokens("openai/guard", body["messages"]) for body in guard_server.requests]
     assert report.calls == len(sent) > 0
     assert report.total.input_tokens == sum(sent)
-    assert any(len(body["messages"]) >= 4 for body in server.requests)  # the earlier turns
+    assert any(len(body["messages"]) >= 4 for body in guard_server.requests)  # the earlier turns

@@ -10,7 +10,7 @@ topic is read back.
 
 The tests share one queue and run in file order, but none relies on another
 having run: each reviewer only ever sees what is left. Skipped, saying why,
-without Playwright or Chromium (as tests/test_dashboard_live.py).
+without Playwright or Chromium (as tests/agents/test_dashboard_live.py).
 ``GUARDRAIL_REVIEW_SCREENSHOT=docs/img/review.png`` also saves a screenshot of
 the page (how docs/img/review.png is made).
 """

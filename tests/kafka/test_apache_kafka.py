@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -22,6 +21,7 @@ from guardrail.kafka import time_offsets
 from guardrail.kafka.apache import kafka_version, unavailable_reason, wait_until_answers
 from guardrail.agents.window_cells import changelog_topic, live_horizon_seconds
 from guardrail.config.settings import load_settings
+from support.paths import ROOT
 
 pytestmark = [pytest.mark.timeout(180)]
 
@@ -181,12 +181,12 @@ def test_the_topics_guardrail_creates_carry_the_settings_the_docs_state(apache_k
 def test_docker_compose_runs_the_kafka_version_the_suite_tests():
     import yaml
 
-    compose = yaml.safe_load((Path(__file__).parents[1] / "docker" / "compose.yaml").read_text())
+    compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
     assert compose["services"]["kafka"]["image"] == f"apache/kafka:{kafka_version()}"
 
 
 def _tested_with() -> dict[str, str]:
-    page = (Path(__file__).parents[1] / "docs" / "performance.md").read_text()
+    page = (ROOT / "docs" / "performance.md").read_text()
     section = page.split("## Tested with", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1:3] for line in section.splitlines()
             if line.startswith("| ") and not line.startswith("| component")]

@@ -1,7 +1,7 @@
 """P(UNSAFE) from token log-probabilities, and the verdict a threshold makes of it.
 
 Pure: token lists written here, shaped like the responses of OpenAI and the
-bundled llama.cpp judge. The same path over real HTTP: tests/test_logprobs.py.
+bundled llama.cpp judge. The same path over real HTTP: tests/judges/test_logprobs.py.
 """
 
 import json

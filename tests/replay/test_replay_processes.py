@@ -1,6 +1,6 @@
 """guardrail.replay.processes: how a replay's partitions are dealt to
 processes, how their progress and summaries add up, and that a child's error
-or death ends the run (the run itself: tests/test_stream.py, both brokers)."""
+or death ends the run (the run itself: tests/agents/test_stream.py, both brokers)."""
 
 import queue
 from types import SimpleNamespace

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from pathlib import Path
 
 import pytest
 from support.faults import _judged, _window_figures, delivery_figures, sample_cases
 from support.harness import StreamEnv, TopicWatcher, produce
+from support.paths import SUPPORT
 
 pytestmark = [pytest.mark.kafka, pytest.mark.both_brokers,
               pytest.mark.slow, pytest.mark.timeout(240)]
 
-DROPPING = [sys.executable, str(Path(__file__).parent / "support" / "dropping_worker.py")]
+DROPPING = [sys.executable, str(SUPPORT / "dropping_worker.py")]
 
 
 def test_records_read_again_late_are_judged_and_counted_once(

@@ -5,70 +5,33 @@ from types import SimpleNamespace
 
 import orjson
 import pytest
+from support.records import FakeWindowed, judgment_event, versioned_event, window_counter
 
-from guardrail.agents.windows import (ReadOrder, UnknownRecords, WindowCounter, count_record,
+from guardrail.agents.windows import (ReadOrder, UnknownRecords, count_record,
                                       window_bounds)
-from guardrail.config.settings import load_settings
-from guardrail.stream.alerts import AlertDispatcher
 from guardrail.stream.envelope import Source
 from guardrail.stream.events import JudgmentEvent, encode_bundle
-from guardrail.stream.telemetry import Telemetry
-
-
-class FakeWindowed:
-    """Only the current window matters here: one dict of cells."""
-
-    def __init__(self):
-        self.cells = {}
-
-    def __getitem__(self, key):
-        cells = self.cells
-        return SimpleNamespace(current=lambda: cells.get(key, {}), delta=lambda _: {})
-
-    def __setitem__(self, key, value):
-        self.cells[key] = value
-
-
-class Dispatched(AlertDispatcher):
-    def __init__(self):
-        super().__init__(webhook_url=None, timeout=1)
-        self.alerts = []
-
-    def dispatch(self, alert):
-        self.alerts.append(alert)
-
-
-def _counter(**settings):
-    windows = load_settings(environ={}, **settings).windows
-    return WindowCounter(windows, FakeWindowed(), telemetry=Telemetry(), dispatcher=Dispatched())
-
-
-def _judgment(offset, status="safe", partition=0, origin="live", metric="toxicity",
-              group=None):
-    return JudgmentEvent(metric=metric, group=group or {"model": "m"}, status=status,
-                         case_id=f"c{offset}", event_time_ms=1_000_000, evidence_spans=("x",),
-                         source=Source("in", partition, offset), origin=origin)
 
 
 def test_redelivered_judgments_are_counted_once_offset_zero_included():
-    counter = _counter()
+    counter = window_counter()
     for offset in [0, 1, 2, 1, 2, 0, 3]:
-        counter.apply(_judgment(offset), 1000.0)
+        counter.apply(judgment_event(offset), 1000.0)
     assert counter.windowed.cells["toxicity|model=m"]["total"] == 4
     assert counter.telemetry.duplicate_judgments._value.get() == 3
 
 
 def test_partitions_and_origins_are_tracked_separately():
-    counter = _counter()
-    counter.apply(_judgment(5, partition=0), 1000.0)
-    counter.apply(_judgment(5, partition=1), 1000.0)
-    counter.apply(_judgment(5, origin="replay-1"), 1000.0)
-    counter.apply(_judgment(5, partition=0), 1000.0)
+    counter = window_counter()
+    counter.apply(judgment_event(5, partition=0), 1000.0)
+    counter.apply(judgment_event(5, partition=1), 1000.0)
+    counter.apply(judgment_event(5, origin="replay-1"), 1000.0)
+    counter.apply(judgment_event(5, partition=0), 1000.0)
     assert counter.windowed.cells["toxicity|model=m"]["total"] == 3
 
 
 def test_judgments_without_a_source_are_all_counted():
-    counter = _counter()
+    counter = window_counter()
     for _ in range(3):
         counter.apply(JudgmentEvent("toxicity", {"model": "m"}, "safe", None, 0), 1000.0)
     assert counter.windowed.cells["toxicity|model=m"]["total"] == 3
@@ -77,9 +40,9 @@ def test_judgments_without_a_source_are_all_counted():
 def test_absolute_rule_alerts_once_per_incident_with_examples():
     rules = [{"metric": "toxicity", "max_unsafe_rate": 0.2, "min_judgments": 5,
               "baseline_windows": 0, "cooldown_seconds": 900}]
-    counter = _counter(alert_rules=rules, alert_examples=2)
+    counter = window_counter(alert_rules=rules, alert_examples=2)
     for offset in range(20):
-        counter.apply(_judgment(offset, "unsafe" if offset % 2 else "safe"), 1000.0)
+        counter.apply(judgment_event(offset, "unsafe" if offset % 2 else "safe"), 1000.0)
     assert len(counter.dispatcher.alerts) == 1
     alert = counter.dispatcher.alerts[0]
     assert alert["counts"]["judged"] >= 5 and alert["rate"] > 0.2
@@ -89,28 +52,23 @@ def test_absolute_rule_alerts_once_per_incident_with_examples():
 
 
 def test_errors_count_in_the_window_but_not_in_the_rate():
-    counter = _counter()
+    counter = window_counter()
     for offset in range(30):
-        counter.apply(_judgment(offset, "error"), 1000.0)
+        counter.apply(judgment_event(offset, "error"), 1000.0)
     cell = counter.windowed.cells["toxicity|model=m"]
     assert (cell["total"], cell["errors"], cell["unsafe"]) == (30, 30, 0)
     assert counter.dispatcher.alerts == []
 
 
-def _versioned(offset, version, status):
-    return _judgment(offset, status, partition=0 if version == "v1" else 1,
-                     group={"model": "m", "model_version": version})
-
-
 def test_regression_against_a_baseline_version():
     rules = [{"metric": "*", "max_unsafe_rate": None, "min_judgments": 20,
               "baseline_windows": 0, "baseline_version": "v1", "significance": 0.01}]
-    counter = _counter(alert_rules=rules, group_labels=["model", "model_version"])
+    counter = window_counter(alert_rules=rules, group_labels=["model", "model_version"])
     for offset in range(100):  # v1: 3% unsafe
-        counter.apply(_versioned(offset, "v1", "unsafe" if offset < 3 else "safe"), 1000.0)
+        counter.apply(versioned_event(offset, "v1", "unsafe" if offset < 3 else "safe"), 1000.0)
     assert counter.dispatcher.alerts == []
     for offset in range(40):  # v2: 50% unsafe
-        counter.apply(_versioned(offset, "v2", "unsafe" if offset % 2 else "safe"), 1000.0)
+        counter.apply(versioned_event(offset, "v2", "unsafe" if offset % 2 else "safe"), 1000.0)
     [alert] = counter.dispatcher.alerts
     assert alert["group"]["model_version"] == "v2"
     assert alert["baseline"]["kind"] == "version" and alert["baseline"]["model_version"] == "v1"
@@ -137,10 +95,10 @@ def test_window_bounds_examples():
 
 
 def test_unsampled_messages_count_as_seen_only_and_redeliveries_once():
-    counter = _counter()
+    counter = window_counter()
     for offset, status in [(0, "safe"), (1, "not_sampled"), (2, "unsafe"), (3, "not_sampled"),
                            (1, "not_sampled"), (2, "unsafe"), (4, "error"), (3, "not_sampled")]:
-        counter.apply(_judgment(offset, status), 1000.0)
+        counter.apply(judgment_event(offset, status), 1000.0)
     cell = counter.windowed.cells["toxicity|model=m"]
     assert (cell["seen"], cell["total"], cell["unsafe"], cell["errors"]) == (5, 3, 1, 1)
     assert counter.telemetry.duplicate_judgments._value.get() == 3
@@ -149,14 +107,14 @@ def test_unsampled_messages_count_as_seen_only_and_redeliveries_once():
 def test_min_judgments_and_the_rate_read_judged_counts_never_seen():
     rules = [{"metric": "toxicity", "max_unsafe_rate": 0.2, "min_judgments": 10,
               "baseline_windows": 0}]
-    counter = _counter(alert_rules=rules)
+    counter = window_counter(alert_rules=rules)
     # 100 seen, 9 judged, all unsafe: below min_judgments, so no alert.
     for offset in range(100):
-        counter.apply(_judgment(offset, "unsafe" if offset % 11 == 0 and offset < 99
+        counter.apply(judgment_event(offset, "unsafe" if offset % 11 == 0 and offset < 99
                                 else "not_sampled"), 1000.0)
     cell = counter.windowed.cells["toxicity|model=m"]
     assert (cell["seen"], cell["total"]) == (100, 9) and counter.dispatcher.alerts == []
-    counter.apply(_judgment(100, "unsafe"), 1000.0)  # the 10th judged one
+    counter.apply(judgment_event(100, "unsafe"), 1000.0)  # the 10th judged one
     [alert] = counter.dispatcher.alerts
     assert alert["kind"] == "regression" and alert["rate"] == 1.0
     assert (alert["counts"]["judged"], alert["counts"]["seen"]) == (10, 101)
@@ -179,11 +137,11 @@ def _record(events):
 
 
 def test_a_bundle_is_one_write_per_cell_and_a_redelivery_cut_elsewhere_counts_once():
-    counter = _counter()
+    counter = window_counter()
     counter.windowed = CountingWindowed()
     unknown = UnknownRecords(counter.telemetry, "judgments")
     v1, v2 = {"model": "m", "model_version": "v1"}, {"model": "m", "model_version": "v2"}
-    events = [_judgment(i, "unsafe" if i % 3 == 0 else "safe", group=v1 if i % 2 else v2)
+    events = [judgment_event(i, "unsafe" if i % 3 == 0 else "safe", group=v1 if i % 2 else v2)
               for i in range(10)]
     count_record(counter, unknown, _record(events[:6]))
     assert counter.windowed.writes == 2  # two versions: two cells, one write each
@@ -197,10 +155,10 @@ def test_a_bundle_is_one_write_per_cell_and_a_redelivery_cut_elsewhere_counts_on
 
 
 def test_an_unreadable_item_is_skipped_and_its_bundle_still_counts():
-    counter = _counter()
+    counter = window_counter()
     unknown = UnknownRecords(counter.telemetry, "judgments")
-    good = [_judgment(1).as_dict(), {**_judgment(2).as_dict(), "status": "maybe"},
-            {**_judgment(3).as_dict(), "schema_version": 5}, _judgment(4).as_dict()]
+    good = [judgment_event(1).as_dict(), {**judgment_event(2).as_dict(), "status": "maybe"},
+            {**judgment_event(3).as_dict(), "schema_version": 5}, judgment_event(4).as_dict()]
     value = orjson.dumps({"kind": "judgments", "schema_version": 1, "events": good})
     count_record(counter, unknown, SimpleNamespace(value=value, offset=0, timestamp=1000.0))
     assert counter.windowed.cells["toxicity|model=m"]["total"] == 2
@@ -213,11 +171,11 @@ def test_a_session_cell_is_its_own_and_its_alert_says_unit_session():
     never in their turns'; an alert on one names its unit, as a turn's does."""
     rules = [{"metric": "toxicity", "max_unsafe_rate": 0.2, "min_judgments": 5,
               "baseline_windows": 0, "cooldown_seconds": 900}]
-    counter = _counter(alert_rules=rules)
+    counter = window_counter(alert_rules=rules)
     session = {"model": "m", "unit": "session"}
     for offset in range(6):
-        counter.apply(_judgment(offset, "unsafe", group=session), 1000.0)
-        counter.apply(_judgment(offset, "unsafe" if offset == 0 else "safe", partition=1),
+        counter.apply(judgment_event(offset, "unsafe", group=session), 1000.0)
+        counter.apply(judgment_event(offset, "unsafe" if offset == 0 else "safe", partition=1),
                       1000.0)
     cells = counter.windowed.cells
     assert (cells["toxicity|model=m,unit=session"]["total"], cells["toxicity|model=m"]["total"]
@@ -225,9 +183,9 @@ def test_a_session_cell_is_its_own_and_its_alert_says_unit_session():
     (alert,) = counter.dispatcher.alerts  # the turns' 1 of 6 stays under 20 %
     assert (alert["group"], alert["unit"]) == (session, "session")
     assert alert["counts"]["unsafe"] == 5 and alert["rate"] == 1.0
-    turns = _counter(alert_rules=rules)
+    turns = window_counter(alert_rules=rules)
     for offset in range(6):
-        turns.apply(_judgment(offset, "unsafe"), 1000.0)
+        turns.apply(judgment_event(offset, "unsafe"), 1000.0)
     assert turns.dispatcher.alerts[0]["unit"] == "turn"
 
 
@@ -241,7 +199,7 @@ def test_a_record_judged_late_after_the_ones_behind_it_still_counts():
     # The CI failure this replaces: input 142 was dropped on its way to the
     # judging agent and read again after 143..149 were judged and counted; a
     # highest-position mark took its judgment for a redelivery.
-    counter = _counter()
+    counter = window_counter()
     for offset in range(143, 150):
         counter.apply(_floored(offset, 142), 1000.0)
     counter.apply(_floored(142, 142), 1000.0)
@@ -254,11 +212,11 @@ def test_a_record_judged_late_after_the_ones_behind_it_still_counts():
 
 
 def test_a_cell_an_older_release_wrote_keeps_its_counts_exact():
-    counter = _counter()
+    counter = window_counter()
     counter.windowed.cells["toxicity|model=m"] = {"total": 3, "unsafe": 0, "errors": 0,
                                                   "examples": [], "marks": {"live|in|0": 2}}
     for offset in (1, 2, 3, 3):
-        counter.apply(_judgment(offset), 1000.0)
+        counter.apply(judgment_event(offset), 1000.0)
     assert counter.windowed.cells["toxicity|model=m"]["total"] == 4
 
 
@@ -266,7 +224,7 @@ def test_only_a_judgments_record_read_in_order_raises_the_floor():
     # Judgments record B (input 150, floor 150) is counted before record A
     # (input 140, floor 140), which the counter's consumer read again late: A
     # must still count, so B, read out of order, left the floor where it was.
-    counter = _counter()
+    counter = window_counter()
     unknown = UnknownRecords(counter.telemetry, "judgments")
     count_record(counter, unknown, _record([_floored(150, 150)]), in_order=False)
     count_record(counter, unknown, _record([_floored(140, 140)]), in_order=True)
