@@ -3,9 +3,9 @@
     prof = start(pid, seconds=15, out=Path("bench/results/ceiling.guardrail.txt"))
     ...                                   # the worker works
     summary = finish(prof)                # {"samples": .., "top_self": [..], "top_total": [..]}
-    python bench/profile.py FILE          # summarise a saved collapsed-stack file
-    python bench/profile.py FILE --parts 1.44   # ... and split a judged message's 1.44 ms
-    python bench/profile.py FILE --run-parts 1.24   # ... or a span's on the agent-run path
+    python bench/profiling.py FILE          # summarise a saved collapsed-stack file
+    python bench/profiling.py FILE --parts 1.44   # ... and split a judged message's 1.44 ms
+    python bench/profiling.py FILE --run-parts 1.24   # ... or a span's on the agent-run path
 
 ``--parts`` puts each busy sample of a judging worker in the first part of
 :data:`PARTS` its stack matches (the table on the performance page's

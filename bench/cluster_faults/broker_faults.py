@@ -1,7 +1,7 @@
 """Broker faults on a three-node Apache Kafka cluster: prints what survived.
 
-    python bench/broker_faults.py                       # every fault (~10 min)
-    python bench/broker_faults.py --only input_leader,two_down --cases 2000
+    python bench/cluster_faults/broker_faults.py                       # every fault (~10 min)
+    python bench/cluster_faults/broker_faults.py --only input_leader,two_down --cases 2000
 
 Starts a three-node KRaft cluster (replication 3, min.insync.replicas 2) from
 the fetched jars (``python -m guardrail.kafka.apache fetch``), and for each
@@ -11,6 +11,8 @@ how long results stopped. Writes bench/results/broker_faults-latest.json.
 """
 
 from __future__ import annotations
+
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
 
 import argparse
 import contextlib
@@ -23,8 +25,6 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-# The scenarios and stream harness are test support in tests/support.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import meta, write_json  # noqa: E402
 from guardrail.kafka.apache import ApacheKafkaCluster, unavailable_reason  # noqa: E402

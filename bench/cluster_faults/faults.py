@@ -1,10 +1,11 @@
 """The fault suite at full size: prints a table of what survived and writes JSON.
 
-    python bench/faults.py                      # all scenarios, full size (~6 min)
-    python bench/faults.py --quick              # CI sizes
-    python bench/faults.py --only crash,outage
-    python bench/faults.py --only crash,rebalance --repeat 5
-    python bench/faults.py --broker apache      # on Apache Kafka (python -m guardrail.kafka.apache fetch)
+    python bench/cluster_faults/faults.py                  # all scenarios, full size (~6 min)
+    python bench/cluster_faults/faults.py --quick          # CI sizes
+    python bench/cluster_faults/faults.py --only crash,outage
+    python bench/cluster_faults/faults.py --only crash,rebalance --repeat 5
+    python bench/cluster_faults/faults.py --broker apache  # on Apache Kafka
+                                        # (after python -m guardrail.kafka.apache fetch)
 
 Runs on a fresh broker, the embedded one (Tansu) by default, with the stand-in
 judge server; every figure is measured, none is assumed.
@@ -12,21 +13,20 @@ judge server; every figure is measured, none is assumed.
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import asyncio
 import json
 import os
 import platform
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-# The fault scenarios and stream harness are test support in tests/support.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import BROKERS, broker_label, running_broker  # noqa: E402
 from guardrail.local.rule_judge import JudgeServer  # noqa: E402

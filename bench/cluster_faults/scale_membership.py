@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka.partitioner import murmur2
-from common import RESULTS, JudgeProc, cases, kill_workers, new_env, produce_values
-from scale_out import wait_stable
+from bench.common import RESULTS, JudgeProc, cases, kill_workers, new_env, produce_values
+from bench.cluster_faults.scale_out import wait_stable
 
 from guardrail.kafka.apache import ApacheKafkaCluster
 from tests.support.faults import _window_figures, _window_totals, delivery_figures

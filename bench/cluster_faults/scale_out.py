@@ -1,6 +1,6 @@
 """6. Scale out: two workers in one consumer group vs one, judge-bound.
 
-    python bench/scale_out.py [--latency-ms 200] [--concurrency 16] [--seconds 15]
+    python bench/cluster_faults/scale_out.py [--latency-ms 200] [--concurrency 16] [--seconds 15]
 
 The workers start on an empty input topic; once the group is Stable with
 every member (admin DescribeGroups), a backlog is produced and the results'
@@ -9,6 +9,8 @@ both workers. Target: 2 workers >= 1.8x one.
 """
 
 from __future__ import annotations
+
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
 
 import argparse
 import asyncio
@@ -21,9 +23,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import (CoordinatorLoadInProgressError,
                              GroupCoordinatorNotAvailableError)
 
-from common import (JudgeProc, Stopwatch, cases, collect, kill_workers, meta, new_env,
-                    print_table, produce_values, row, running_broker, start_process,
-                    steady_rate, write_json)
+from bench.common import (JudgeProc, Stopwatch, cases, collect, kill_workers, meta, new_env,
+                          print_table, produce_values, row, running_broker, start_process,
+                          steady_rate, write_json)
 
 SKIP = 3.0
 #: Judge calls per message: one by default (``judge_calls=per_message``).

@@ -2,7 +2,7 @@
 group on 8 input partitions, judge latency 100 ms, then a worker added and one
 removed mid-stream with the windows checked exact.
 
-    flock /tmp/guardrail-bench.lock python bench/scale_out_cluster.py \\
+    flock /tmp/guardrail-bench.lock python bench/cluster_faults/scale_out_cluster.py \\
         [--workers 1,2,4] [--concurrency 16] [--latency-ms 100] [--seconds 15] \\
         [--membership term,kill] [--phase-seconds 15]
 
@@ -26,6 +26,8 @@ figures, sized by the 2-worker rate.
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import os
 import tempfile
@@ -33,11 +35,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import (JudgeProc, Stopwatch, cases, collect, kill_workers, meta, new_env,
-                    produce_values, start_process, steady_rate, write_json)
-from cpu_sampler import MACHINE, CpuSampler
-from scale_membership import membership_runs, print_membership
-from scale_out import wait_stable
+from bench.common import (JudgeProc, Stopwatch, cases, collect, kill_workers, meta, new_env,
+                          produce_values, start_process, steady_rate, write_json)
+from bench.cpu_sampler import MACHINE, CpuSampler
+from bench.cluster_faults.scale_membership import membership_runs, print_membership
+from bench.cluster_faults.scale_out import wait_stable
 
 from guardrail.kafka.apache import ApacheKafkaCluster, kafka_version
 

@@ -1,6 +1,6 @@
 """Guard model first: what reaches the strong (rubric) judge, per 1,000 messages.
 
-    python bench/guard_cascade.py [--messages 1000] [--unsafe 0.10] [--unsure 0.04]
+    python bench/judge/guard_cascade.py [--messages 1000] [--unsafe 0.10] [--unsure 0.04]
                                   [--strong-model openai/gpt-4o-mini] [--seed 7]
 
 The same traffic — ``case`` JSON messages, a user question and an answer each,
@@ -33,6 +33,8 @@ nothing.
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import asyncio
 import random
@@ -43,7 +45,7 @@ from typing import Any
 
 import litellm
 import orjson
-from common import meta, write_json
+from bench.common import meta, write_json
 
 from guardrail.providers.litellm import price_tokens
 from guardrail.judges.cascade import escalation_judge_settings

@@ -1,6 +1,6 @@
 """The bench judge alone: how many calls per second it answers, with no worker.
 
-    python bench/judge_alone.py [--seconds 8] [--clients 64] [--client both|http1|aiohttp]
+    python bench/judge/judge_alone.py [--seconds 8] [--clients 64] [--client both|http1|aiohttp]
 
 The judge process the ceiling benchmark uses (``bench/judge_proc.py``,
 answering at once) is driven by a bare client in this process with the
@@ -17,13 +17,15 @@ worker before judging.
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import asyncio
 import time
 
 import aiohttp
 import orjson
-from common import JudgeProc
+from bench.common import JudgeProc
 
 from guardrail.judges.http1 import HTTP1Client
 from guardrail.judges.transports import chat_body

@@ -1,6 +1,6 @@
 """2. Judge-bound throughput: a slow judge, C calls in flight; how close to C / latency?
 
-    python bench/judge_bound.py [--latency-ms 200] [--concurrency 16,128] [--seconds 20]
+    python bench/judge/judge_bound.py [--latency-ms 200] [--concurrency 16,128] [--seconds 20]
                                 [--judge-calls per_message|per_metric]
 
 Each worker gets a backlog and ``judge_concurrency`` C; the judge (its own
@@ -14,14 +14,16 @@ second over the same span. Target: >= 0.9 of the limit.
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from common import (kill_workers, JudgeProc, Stopwatch, cases, collect, meta, new_env, print_table,
-                    produce_values, row, running_broker, start_process, steady_rate,
-                    write_json)
+from bench.common import (kill_workers, JudgeProc, Stopwatch, cases, collect, meta, new_env,
+                          print_table, produce_values, row, running_broker, start_process,
+                          steady_rate, write_json)
 
 #: Judge calls per message with the default metrics (bias + toxicity).
 CALLS_PER_MESSAGE = {"per_message": 1, "per_metric": 2}

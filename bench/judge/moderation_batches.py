@@ -1,9 +1,9 @@
 """Moderation in batches: requests to a moderation endpoint per 1,000 messages.
 
-    flock /tmp/guardrail-bench.lock python bench/moderation_batches.py \\
+    flock /tmp/guardrail-bench.lock python bench/judge/moderation_batches.py \\
         [--messages 1000] [--latency-ms 50] [--sizes 1,8,32] [--seed 7]
 
-The traffic of ``bench/guard_cascade.py`` (``case`` JSON messages, a question and
+The traffic of ``bench/judge/guard_cascade.py`` (``case`` JSON messages, a question and
 a distinct answer each, 10 % with a flagged word) goes through the worker's
 judging path (``build_evaluator`` + ``MessageJudge.process`` in batches of 64,
 no Kafka) with ``judge_protocol: moderation``, once per ``judge_batch_size``.
@@ -19,14 +19,16 @@ the first size's. Figures only: the script prints and writes
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import asyncio
 import time
 import zlib
 from typing import Any
 
-from common import meta, write_json
-from guard_cascade import BATCH, FLAGGED, judge_batches, traffic
+from bench.common import meta, write_json
+from bench.judge.guard_cascade import BATCH, FLAGGED, judge_batches, traffic
 
 from guardrail.judges.build import build_evaluator
 from guardrail.config.settings import load_settings

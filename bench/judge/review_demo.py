@@ -1,7 +1,7 @@
 """The demo's 16 answers judged, then reviewed against their truth labels: the
 judge's agreement with a reviewer and the corrected unsafe rates, end to end.
 
-    python bench/review_demo.py [--judge rules|local] [--out bench/results/review_demo.json]
+    python bench/judge/review_demo.py [--judge rules|local] [--out bench/results/review_demo.json]
                                 [--screenshot docs/img/agreement.png]
 
 Starts the embedded broker, a judge (``rules``: the stand-in rule judge,
@@ -35,6 +35,8 @@ Everything started is stopped on the way out, also on errors and Ctrl-C.
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import asyncio
 import base64
@@ -52,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import bcrypt
-from common import PY, ROOT, meta
+from bench.common import PY, ROOT, meta
 
 from guardrail._processes import Child, guardrail_argv
 from guardrail.demo.runner import load_samples

@@ -1,6 +1,6 @@
 """4. Judge calls, tokens and cost per message, for the default rubrics in every scoring mode.
 
-    python bench/tokens.py [--judge-calls per_message|per_metric|both]
+    python bench/judge/tokens.py [--judge-calls per_message|per_metric|both]
 
 Input tokens are litellm's count (``token_counter``) of the real rendered
 prompts (``guardrail.batch.estimate``: the exact system + user messages; one call
@@ -23,13 +23,15 @@ counted as issue 12 asks: the rubric examples sit in the cacheable prefix).
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import os
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from common import meta, print_table, row, write_json  # noqa: E402
+from bench.common import meta, print_table, row, write_json  # noqa: E402
 from guardrail.providers.litellm import price_tokens  # noqa: E402
 from guardrail.batch.estimate import OPENAI_MIN_CACHED_PROMPT, estimate_case  # noqa: E402
 from guardrail.judging.evaluate import Evaluator  # noqa: E402

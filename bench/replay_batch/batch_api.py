@@ -1,8 +1,9 @@
 """A ``run --batch-api`` backfill of 10,000 cases against the stand-in batch server.
 
-    flock /tmp/guardrail-bench.lock python bench/batch_api.py            # ~2-3 min
-    python bench/batch_api.py --cases 2000 --chunk 500 --skip-sync
-    python bench/batch_api.py --provider anthropic    # Message Batches, an anthropic/ judge
+    flock /tmp/guardrail-bench.lock python bench/replay_batch/batch_api.py   # ~2-3 min
+    python bench/replay_batch/batch_api.py --cases 2000 --chunk 500 --skip-sync
+    python bench/replay_batch/batch_api.py --provider anthropic   # Message Batches,
+                                                                  # an anthropic/ judge
 
 The real command in its own process (``guardrail run redteam --batch-api``),
 the stand-in batch server (tests/support/batch_server.py, the rule judge's
@@ -21,6 +22,8 @@ provider's bill. Writes bench/results/batch_api-<stamp>.json.
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import json
 import os
@@ -30,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import PY, ROOT, cases, meta, write_json
+from bench.common import PY, ROOT, cases, meta, write_json
 
 from guardrail.local.rule_judge import JudgeServer
 from tests.support.anthropic_batch_server import AnthropicBatchServer

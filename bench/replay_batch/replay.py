@@ -1,6 +1,7 @@
 """Replay throughput: ``guardrail replay`` of a backlog, first pass and cached pass.
 
-    flock /tmp/guardrail-bench.lock python bench/replay.py [--messages 30000] [--broker apache]
+    flock /tmp/guardrail-bench.lock python bench/replay_batch/replay.py \\
+        [--messages 30000] [--broker apache]
     ... --no-worker          # skip the worker's run on the same input (ceiling.py's)
     ... --profile            # cProfile each pass (bench/results/profile-replay-*.txt)
     ... --cached-passes 3    # the cached pass three times (its spread; A/B of two versions)
@@ -20,6 +21,8 @@ Targets (issue 39): first pass >= the worker's rate; cached pass >= 10,000 msgs/
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import json
 import pstats
@@ -31,10 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import ceiling
-from common import (BROKERS, PY, RESULTS, JudgeProc, broker_label, cases, collect, meta,
-                    new_env, print_table, produce_values, row, running_broker, steady_rate,
-                    write_json)
+from bench.worker import ceiling
+from bench.common import (BROKERS, PY, RESULTS, JudgeProc, broker_label, cases, collect, meta,
+                          new_env, print_table, produce_values, row, running_broker, steady_rate,
+                          write_json)
 
 CACHED_TARGET = 10_000.0
 

@@ -1,7 +1,7 @@
 """Agent runs (issue 30): spans through run assembly to a verdict, root end to
 result, memory of open runs, plain chat spans with runs on and off.
 
-    python bench/agent_runs.py [--broker embedded|apache] [--runs 2000]
+    python bench/runs_sessions/agent_runs.py [--broker embedded|apache] [--runs 2000]
         [--open-runs 10000] [--only throughput,settle,memory,plain] [--profile]
 
 A fresh worker per figure (``input_format=otlp``, 2 partitions, warmed by five
@@ -18,7 +18,7 @@ partition (no key, as the Collector's kafka exporter); texts differ per run.
    run's answer span judged alone, the other nine skipped); and each worker's
    own CPU per span over the drain (``/proc/PID/stat``). ``--profile`` records
    each of the two workers with py-spy (200 samples/s) over its whole drain
-   and splits its CPU per span by part (``bench/profile.py``'s ``RUN_PARTS``;
+   and splits its CPU per span by part (``bench/profiling.py``'s ``RUN_PARTS``;
    raw stacks: bench/results/profile-agent_runs-*.txt).
 2. root end -> result: ``--run-rate`` runs/s for ``--seconds``, each root sent
    once its run's other spans were acked; from the root's ack to the result's
@@ -36,6 +36,8 @@ Prints figures (asserts nothing about time); raw ones: bench/results/agent_runs-
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import asyncio
 import random
@@ -44,11 +46,12 @@ import time
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-import profile as prof
-from common import RESULTS, ROOT, produce_values, rss_mb
-from cpu_sampler import cpu_seconds
-from live import (PARTITIONS, Records, Rig, broker_options, drain, latencies, metric_values,
-                  num, paced, run_figures, send_all, steady_rss, tell_missing, worker)
+from bench import profiling as prof
+from bench.common import RESULTS, ROOT, produce_values, rss_mb
+from bench.cpu_sampler import cpu_seconds
+from bench.runs_sessions.live import (PARTITIONS, Records, Rig, broker_options, drain, latencies,
+                                      metric_values, num, paced, run_figures, send_all, steady_rss,
+                                      tell_missing, worker)
 from opentelemetry.trace import format_span_id
 from tests.support.harness import poll
 

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from common import (BROKERS, JudgeProc, Stopwatch, broker_label, kill_workers, meta, new_env,
-                    rss_mb, running_broker, start_process, write_json)
+from bench.common import (BROKERS, JudgeProc, Stopwatch, broker_label, kill_workers, meta, new_env,
+                          rss_mb, running_broker, start_process, write_json)
 from tests.support.harness import poll
 
 __all__ = ["PARTITIONS", "Records", "Rig", "Results", "Expect", "send_all", "watching", "drain",

@@ -1,4 +1,4 @@
-"""Memory of open sessions, for ``bench/sessions.py --only memory``: sessions of 10
+"""Memory of open sessions, for ``bench/runs_sessions/sessions.py --only memory``: sessions of 10
 turns held open (``session_judge_every`` 1000, idle 3,600 s), measured two ways.
 
 - In a worker: the turns sent straight to ``<app_id>-session-turns`` as the
@@ -21,9 +21,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from common import rss_mb
-from live import Rig, metric_values, steady_rss, tell_missing, worker
-from session_prefix import session as synthetic_turns
+from bench.common import rss_mb
+from bench.runs_sessions.live import Rig, metric_values, steady_rss, tell_missing, worker
+from bench.runs_sessions.session_prefix import session as synthetic_turns
 
 from guardrail.agents.assembly import BATCH, Assembler
 from guardrail.agents.session_assembly import session_turns_topic

@@ -1,6 +1,6 @@
 """Judge prompt characters per 1,000 session turns, with and without a prefix-caching judge.
 
-    python bench/session_prefix.py [--turns 1000] [--session-turns 12] [--every 3]
+    python bench/runs_sessions/session_prefix.py [--turns 1000] [--session-turns 12] [--every 3]
 
 Synthetic sessions (seeded: a user message of ~40 words and an answer of ~150
 words a turn) are judged as ``session_judge_every`` does: after every

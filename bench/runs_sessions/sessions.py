@@ -1,13 +1,14 @@
 """Sessions (issue 37): turns through session assembly to a verdict, turn -> session
 verdict latency, judge tokens per 1,000 turns, memory of open sessions.
 
-    python bench/sessions.py [--broker embedded|apache] [--only throughput,latency,tokens,memory]
+    python bench/runs_sessions/sessions.py [--broker embedded|apache]
+        [--only throughput,latency,tokens,memory]
         [--sessions 250] [--turns 12] [--latency-sessions 20] [--turn-gap 2]
         [--token-turns 1000] [--open-sessions 10000]
 
 A fresh worker per measurement (``input_format=case``, 2 partitions), the stand-in
 judge answering at once. A turn is a case with a ``conversation_id``, a user
-message of ~40 words and an answer of ~150 (the texts of bench/session_prefix.py;
+message of ~40 words and an answer of ~150 (the texts of bench/runs_sessions/session_prefix.py;
 none flagged by the rule judge), each its own record on a random partition.
 
 1. throughput: ``--sessions`` x ``--turns`` turns interleaved at random, each
@@ -35,6 +36,8 @@ Prints figures (asserts nothing about time); raw ones: bench/results/sessions-BR
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import asyncio
 import random
@@ -43,11 +46,12 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
-from common import JudgeProc
-from live import (PARTITIONS, Records, Results, Rig, broker_options, drain, latencies,
-                  metric_values, num, paced, pct, run_figures, tell_missing, worker)
-from session_memory import memory
-from session_prefix import session as synthetic_turns
+from bench.common import JudgeProc
+from bench.runs_sessions.live import (PARTITIONS, Records, Results, Rig, broker_options, drain,
+                                      latencies, metric_values, num, paced, pct, run_figures,
+                                      tell_missing, worker)
+from bench.runs_sessions.session_memory import memory
+from bench.runs_sessions.session_prefix import session as synthetic_turns
 
 FIGURES = ("throughput", "latency", "tokens", "memory")
 LATENCY_TURNS, TOKEN_SESSION_TURNS = 9, 12

@@ -1,10 +1,10 @@
 """CPU of reading one judge answer: decoded, its tokens laid out, P(UNSAFE) at each verdict.
 
-    python bench/answer_reading.py [--processes 5] [--repeats 15] [--answers 4000]
+    python bench/worker/answer_reading.py [--processes 5] [--repeats 15] [--answers 4000]
 
 The bench judge (``bench/judge_proc.py``) is asked what the judging path
 asks for one message (bias and toxicity in one call, log-probabilities on,
-the worker's settings of ``bench/judging_cpu.py``), once for a safe output
+the worker's settings of ``bench/worker/judging_cpu.py``), once for a safe output
 and once for an unsafe one. Their answer bodies (about 9-10 KB each, one token record
 per answer token with its top alternatives) are then read in this process
 as the judging agent reads them: ``decode_completion``, ``AnswerTokens``,
@@ -12,10 +12,12 @@ one reading per metric. Each of ``--processes`` fresh interpreters, one
 after the other, keeps the fastest of its ``--repeats`` rounds; the best and
 the median of those are printed, in microseconds per answer: this part of a
 judged message alone, steadier on a shared machine than the whole path's CPU
-(``bench/judging_cpu.py``).
+(``bench/worker/judging_cpu.py``).
 """
 
 from __future__ import annotations
+
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
 
 import argparse
 import asyncio
@@ -28,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import JudgeProc
-from judging_cpu import judging_settings
+from bench.common import JudgeProc
+from bench.worker.judging_cpu import judging_settings
 
 from guardrail.judges.build import build_evaluator
 from guardrail.judges import transports

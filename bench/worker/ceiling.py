@@ -1,10 +1,10 @@
 """1. Pipeline ceiling: the judge answers instantly; how fast does the pipeline go?
 
-    python bench/ceiling.py [--messages 20000] [--profile] [--set judgment_bundles=false]
+    python bench/worker/ceiling.py [--messages 20000] [--profile] [--set judgment_bundles=false]
 
 The guardrail worker against two baselines on the same kind of topics (same
 partition count, same broker options): a bare Faust pass-through agent and a
-raw aiokafka consume → produce loop (``bench/passthrough.py``). Each reads a
+raw aiokafka consume → produce loop (``bench/worker/passthrough.py``). Each reads a
 backlog of ``--messages`` produced before it starts; the rate is taken from
 the output records' Kafka timestamps, from 1 s after the first (warm-up) for
 at most ``--seconds`` (or to the last); each process's CPU time (user +
@@ -18,15 +18,17 @@ window agent consumes the judgment events. That is the point of the ratio.
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import profile as prof
-from common import (BROKERS, CpuPerRecord, kill_workers, RESULTS, JudgeProc, Stopwatch, broker_label, cases,
-                    collect, meta, new_env, print_table, produce_values, row, running_broker, start_process,
-                    steady_rate, write_json)
+from bench import profiling as prof
+from bench.common import (BROKERS, CpuPerRecord, kill_workers, RESULTS, JudgeProc, Stopwatch,
+                          broker_label, cases, collect, meta, new_env, print_table, produce_values,
+                          row, running_broker, start_process, steady_rate, write_json)
 
 KINDS = ("guardrail", "faust", "raw")
 

@@ -1,6 +1,6 @@
 """Start time on a long window changelog (issue 23, item 1).
 
-    python bench/changelog_start.py [--expired 1000000] [--live 10000] [--partitions 2]
+    python bench/worker/changelog_start.py [--expired 1000000] [--live 10000] [--partitions 2]
 
 The window table's changelog (``<app_id>-window-counts-changelog``, created
 first with the worker's partition count) gets ``--expired`` records of
@@ -44,11 +44,13 @@ in the JSON written to ``bench/results/changelog_start-*.json``).
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import sys
 
 
 def _run_worker(argv: list[str]) -> None:
-    """``python bench/changelog_start.py _worker SCENARIO worker --web-port N``."""
+    """``python bench/worker/changelog_start.py _worker SCENARIO worker --web-port N``."""
     scenario, args = argv[0], argv[1:]
     from guardrail.agents import transport
     from guardrail.agents import rates_view
@@ -92,8 +94,8 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from common import (BROKERS, PY, JudgeProc, broker_label, meta, new_env, running_broker,
-                    write_json)
+from bench.common import (BROKERS, PY, JudgeProc, broker_label, meta, new_env, running_broker,
+                          write_json)
 
 from guardrail.agents.window_cells import changelog_topic, live_horizon_seconds
 from guardrail.stream.alerts import WindowCounts

@@ -1,6 +1,6 @@
 """Time to the first result after a restart with a lag (issue 39, item 6).
 
-    python bench/first_result.py [--broker embedded|apache] [--lag 5000] [--repeats 3]
+    python bench/worker/first_result.py [--broker embedded|apache] [--lag 5000] [--repeats 3]
 
 A worker starts on an input topic that already holds ``--lag`` cases (a
 restart after an outage, its group with nothing committed), with the
@@ -24,18 +24,17 @@ topics and a fresh group. Results go to ``bench/results/first_result-*.json``.
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.common import (BROKERS, JudgeProc, broker_label, cases, collect,  # noqa: E402
+from bench.common import (BROKERS, JudgeProc, broker_label, cases, collect,
                           kill_workers, meta, new_env, produce_values, running_broker,
                           start_process, write_json)
 

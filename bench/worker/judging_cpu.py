@@ -1,8 +1,8 @@
 """CPU per judged message of the judging path alone, in this process: no Kafka.
 
-    python bench/judging_cpu.py [--messages 3000]
-    python bench/judging_cpu.py --cached [--messages 30000]   # a replay's cached pass
-    py-spy record -f raw -o judging.txt -- python bench/judging_cpu.py   # where it goes
+    python bench/worker/judging_cpu.py [--messages 3000]
+    python bench/worker/judging_cpu.py --cached [--messages 30000]   # a replay's cached pass
+    py-spy record -f raw -o judging.txt -- python bench/worker/judging_cpu.py   # where it goes
 
 ``MessageJudge.process`` (decode, prompt, judge call over HTTP, answer with
 log-probabilities, scoring, result and judgment records, /metrics) is driven
@@ -12,7 +12,7 @@ the stand-in judge answering at once in its own process
 worker freezes it. The figure is this process's CPU time (user + system) per
 message: the part of a worker's cost that is guardrail's own and not Faust's,
 comparable between two versions of the code run one after the other.
-(cProfile cannot run here: ``bench/profile.py`` shadows the module it imports.)
+(cProfile cannot run here: ``bench/profiling.py`` shadows the module it imports.)
 
 ``--cached`` measures a replay's second pass instead: the replay's batch judge
 (``guardrail.replay.backfill``) over an in-memory cache that a first pass filled,
@@ -23,6 +23,8 @@ and send aside (10,000 msgs/s on one core leaves 100 µs for all of it).
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import asyncio
 import gc
@@ -30,7 +32,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 
-from common import JudgeProc, cases
+from bench.common import JudgeProc, cases
 
 from guardrail.judging.cache import BatchedCache, MemoryCache
 from guardrail.judges.build import build_evaluator

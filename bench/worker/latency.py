@@ -1,6 +1,6 @@
 """3. Latency: produce → result at half the measured max rate.
 
-    python bench/latency.py [--latency-ms 200] [--max-rate 40] [--seconds 30]
+    python bench/worker/latency.py [--latency-ms 200] [--max-rate 40] [--seconds 30]
 
 A paced producer sends at half ``--max-rate`` (in ``run.py``: the judge-bound
 rate measured at the default concurrency) and keeps each message's send time;
@@ -12,6 +12,8 @@ timestamp). Target: p99 <= judge latency + 250 ms.
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import asyncio
 import json
@@ -22,8 +24,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from common import (JudgeProc, cases, kill_workers, meta, new_env, print_table, row,
-                    running_broker, start_process, write_json)
+from bench.common import (JudgeProc, cases, kill_workers, meta, new_env, print_table, row,
+                          running_broker, start_process, write_json)
 
 
 async def _consume(bootstrap: str, topic: str, arrivals: dict[str, tuple[float, int]],

@@ -1,6 +1,6 @@
 """5. Memory: worker RSS over a long run with small, expiring windows.
 
-    python bench/memory.py [--messages 100000] [--pool 4000]
+    python bench/worker/memory.py [--messages 100000] [--pool 4000]
 
 A backlog of ``--messages`` (event timestamps 20 ms apart, so 100k messages
 span ~33 min of event time: ~400 tumbling windows of 5 s, expiring after
@@ -16,6 +16,8 @@ is the longer check: ``--messages 300000 --timeout 900``).
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import json
 import tempfile
@@ -24,9 +26,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from common import (JudgeProc, Stopwatch, cases, collect, kill_workers, meta, new_env,
-                    print_table, produce_values, row, rss_mb, running_broker, start_process,
-                    steady_rate, write_json)
+from bench.common import (JudgeProc, Stopwatch, cases, collect, kill_workers, meta, new_env,
+                          print_table, produce_values, row, rss_mb, running_broker, start_process,
+                          steady_rate, write_json)
 
 LIMIT_MB = 400
 FLAT_PEAK_GROWTH_PCT = 5.0

@@ -1,6 +1,6 @@
 """The ``otlp`` input format's cost: decoding a Collector record and extracting its cases.
 
-    python bench/otlp_decode.py [--seconds 0.5] [--rounds 5]
+    python bench/worker/otlp_decode.py [--seconds 0.5] [--rounds 5]
 
 Records of 1, 10 and 100 GenAI spans, in both encodings the Collector's kafka
 exporter writes: ``otlp_proto`` (the real OTLP encoder's bytes) and
@@ -17,6 +17,8 @@ per-message budget (a judge call is ~100x more).
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import base64
 import json
@@ -24,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from common import meta, write_json
+from bench.common import meta, write_json
 from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
@@ -38,7 +40,7 @@ from guardrail.formats.otlp import OtlpDecoder, request_from_bytes
 SIZES = (1, 10, 100)
 _SENTENCE = ("The central theme of the play is mortality, and the prince keeps returning to "
              "what it means to act when every choice seems to lead to loss. ")
-ANSWER = (_SENTENCE * 4).strip()  # ~100 words, as bench/tokens.py's typical answer
+ANSWER = (_SENTENCE * 4).strip()  # ~100 words, as bench/judge/tokens.py's typical answer
 
 
 def _messages(*messages: tuple[str, str]) -> str:

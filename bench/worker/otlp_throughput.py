@@ -1,6 +1,6 @@
 """The ``otlp`` input format's throughput: judged spans per second vs ``case`` records.
 
-    python bench/otlp_throughput.py [--spans 6000] [--seconds 15] [--rounds 1]
+    python bench/worker/otlp_throughput.py [--spans 6000] [--seconds 15] [--rounds 1]
 
 The ceiling setup (``ceiling.py``: the stand-in judge answers at once, a
 backlog is produced before the worker starts, the worker is killed after),
@@ -36,6 +36,8 @@ every other round, and takes each kind's median.
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import json
 import tempfile
@@ -43,9 +45,9 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from common import (JudgeProc, Stopwatch, cases, collect, kill_workers, meta, new_env,
-                    print_table, produce_values, row, running_broker, start_process,
-                    steady_rate, write_json)
+from bench.common import (JudgeProc, Stopwatch, cases, collect, kill_workers, meta, new_env,
+                          print_table, produce_values, row, running_broker, start_process,
+                          steady_rate, write_json)
 
 from tests.support.otel_traffic import chunks, genai_spans, otlp_proto
 

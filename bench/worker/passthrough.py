@@ -1,7 +1,7 @@
 """Baselines for the pipeline ceiling: copy input → output, nothing else.
 
-    python bench/passthrough.py faust   # a bare Faust agent, guardrail's broker options
-    python bench/passthrough.py raw     # a plain aiokafka consume → produce loop
+    python bench/worker/passthrough.py faust   # a bare Faust agent, guardrail's broker options
+    python bench/worker/passthrough.py raw     # a plain aiokafka consume → produce loop
 
 Both read the same ``GUARDRAIL_*`` environment as the worker (bootstrap,
 ``input_topic``, ``results_topic`` as the output, ``app_id``, ``web_port``) and
