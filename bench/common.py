@@ -29,12 +29,10 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-# The fault scenarios and stream harness are test support in tests/support.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from aiokafka import AIOKafkaConsumer  # noqa: E402
 
-from cpu_sampler import cpu_seconds  # noqa: E402
+from bench.cpu_sampler import cpu_seconds  # noqa: E402
 
 from guardrail.kafka.broker import EmbeddedBroker, free_port  # noqa: E402
 from guardrail.kafka.topics import ensure_topics  # noqa: E402
@@ -359,7 +357,7 @@ def start_process(env: StreamEnv, kind: str, experiment: str = "") -> subprocess
     if kind == "guardrail":
         args = [PY, str(BENCH / "worker_exp.py"), "worker", "--web-port", str(port)]
     else:
-        args = [PY, str(BENCH / "passthrough.py"), kind]
+        args = [PY, str(BENCH / "worker" / "passthrough.py"), kind]
     log = open(env.tmp / f"worker-{len(env.workers)}.log", "wb")
     proc = subprocess.Popen(args, env={**env.env, "GUARDRAIL_WEB_PORT": str(port),
                                        "BENCH_EXPERIMENT": experiment},

@@ -13,19 +13,18 @@ bench/results/run-<stamp>.json (and run-latest.json).
 
 from __future__ import annotations
 
+import _root  # noqa: F401  (first: puts the repository root on sys.path)
+
 import argparse
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import ceiling
-import judge_bound
-import latency
-import memory
-import profile as prof
-import scale_out
-import tokens
-from common import JudgeProc, Stopwatch, meta, print_table, running_broker, write_json
+from bench import profiling as prof
+from bench.cluster_faults import scale_out
+from bench.common import JudgeProc, Stopwatch, meta, print_table, running_broker, write_json
+from bench.judge import judge_bound, tokens
+from bench.worker import ceiling, latency, memory
 
 MEASURES = ("ceiling", "judge_bound", "latency", "tokens", "memory", "scale_out")
 

@@ -19,12 +19,12 @@ Experiments (comma-separate to combine):
 - ``no_windows``: no window agent (a decomposition, not a fix: what counting
   the judgment events costs).
 - ``litellm_at_start``: the start before prices were read from the bundled map:
-  litellm imported in a thread once the worker is up (for ``bench/first_result.py``).
+  litellm imported in a thread once the worker is up (for ``bench/worker/first_result.py``).
 - ``local_runs``: agent runs assembled in memory where their spans are read,
   with no run-spans topic, table, ticks or done records (the design the
   performance page names as the only way to the runs target). Nothing in it
   is durable: no held commit, no record of judged runs, no rebalance handling,
-  so it is that design's best case, not a way to run (for ``bench/agent_runs.py``).
+  so it is that design's best case, not a way to run (for ``bench/runs_sessions/agent_runs.py``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 ``fetch_min_bytes`` (1) is there, so the wait only bounds idle polling; but a
 broker that holds every fetch for the full wait (Tansu, the embedded broker,
 does) then adds up to 1.5 s to each message's latency — measured in
-``bench/latency.py`` as the whole p99 floor. The wait comes from
+``bench/worker/latency.py`` as the whole p99 floor. The wait comes from
 ``consumer_fetch_wait_ms``.
 
 **End offsets for table recovery.** Faust recovers a table partition by

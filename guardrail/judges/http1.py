@@ -5,7 +5,7 @@ spends per call is spent per message. aiohttp's request path (its session,
 timers, tracing hooks, header multidicts and stream readers) cost a worker
 about 0.3 ms of CPU per call against a judge answering at once, about a
 sixth of a judged message's CPU; this client does the same round trip in
-about a third of that (``python bench/judge_alone.py``)::
+about a third of that (``python bench/judge/judge_alone.py``)::
 
     client = HTTP1Client("http://127.0.0.1:8000/v1/chat/completions",
                          headers={"Authorization": "Bearer sk-..."})

@@ -6,7 +6,7 @@ more ago, then 500 cells of the current window stamped now (keys and values
 as Faust writes them, see ``guardrail/agents/window_cells.py``). The rates
 view (once and following) and a worker's table recovery must start at the
 first live record: they read exactly the 500, and the worker's log names the
-offsets where they start. ``bench/changelog_start.py`` times the same at 1M.
+offsets where they start. ``bench/worker/changelog_start.py`` times the same at 1M.
 """
 
 import asyncio

@@ -1,6 +1,6 @@
 """The fault suite at CI size: each guarantee, asserted on the real worker.
 
-``bench/faults.py`` runs the same scenarios at full size and prints the table.
+``bench/cluster_faults/faults.py`` runs the same scenarios at full size and prints the table.
 """
 
 import pytest

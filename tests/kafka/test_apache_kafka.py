@@ -186,7 +186,7 @@ def test_docker_compose_runs_the_kafka_version_the_suite_tests():
 
 
 def _tested_with() -> dict[str, str]:
-    page = (ROOT / "docs" / "performance.md").read_text()
+    page = (ROOT / "docs" / "performance" / "index.md").read_text()
     section = page.split("## Tested with", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1:3] for line in section.splitlines()
             if line.startswith("| ") and not line.startswith("| component")]

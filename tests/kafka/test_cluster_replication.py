@@ -4,7 +4,7 @@ replicas, says so at start with the producers' acks and idempotence, and names
 an existing topic of its own with fewer replicas; one replica on a cluster of
 several brokers is warned about. With two of the three brokers down it holds
 still, says why, and goes on by itself when they return (the other broker
-faults, each a minute or more: ``python bench/broker_faults.py``)."""
+faults, each a minute or more: ``python bench/cluster_faults/broker_faults.py``)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ alive and never restarted, and how long results stopped flowing::
                                     cases=3000)
     assert figures["lost"] == 0 and figures["window_counts_match"]
 
-``bench/broker_faults.py`` runs them all and prints the table.
+``bench/cluster_faults/broker_faults.py`` runs them all and prints the table.
 """
 
 from __future__ import annotations

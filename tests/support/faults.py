@@ -1,7 +1,7 @@
 """Fault scenarios against the real worker: crash, judge outage, rebalance, secrets.
 
 Each scenario runs worker processes on a broker with a stand-in judge and
-returns a dict of figures; the tests assert on them and ``bench/faults.py``
+returns a dict of figures; the tests assert on them and ``bench/cluster_faults/faults.py``
 prints them as a table::
 
     figures = crash_scenario(bootstrap, judge, workdir, cases=10_000, kills=3)

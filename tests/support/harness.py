@@ -1,6 +1,6 @@
 """Drive the real worker against a broker: unique topics, worker processes,
 produce and consume helpers, a webhook sink. Used by the tests, the fault
-suite (bench/faults.py) and the benchmarks."""
+suite (bench/cluster_faults/faults.py) and the benchmarks."""
 
 from __future__ import annotations
 

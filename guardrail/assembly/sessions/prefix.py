@@ -8,7 +8,7 @@ can reuse: each judgment's prompt against the one before it::
 A prefix-caching judge (OpenAI, vLLM, llama.cpp) bills or computes only what
 follows the shared prefix anew, so ``prompt_chars - shared_chars`` is what such
 a judge reads fresh; without a cache, all of ``prompt_chars``. Used by
-``bench/session_prefix.py`` and the prefix tests.
+``bench/runs_sessions/session_prefix.py`` and the prefix tests.
 """
 
 from __future__ import annotations

@@ -1,0 +1,2 @@
+"""Judging a backlog outside the stream: replay of a topic, backfills through a
+provider's batch API."""

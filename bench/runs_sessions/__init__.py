@@ -1,0 +1,1 @@
+"""Agent runs and sessions: spans and turns assembled, then judged as a whole."""
