@@ -134,8 +134,9 @@ PARTS = (
 RUN_PARTS = (
     ("judging (prompt, judge call, answer; a run's case)",
      ("guardrail/judging/evaluate.py", "guardrail/judges/")),
-    ("decoding OTLP and reading spans", ("guardrail/formats/", "guardrail/assembly/runs/span_reading.py",
-                                         "guardrail/stream/envelope.py")),
+    ("decoding OTLP and reading spans",
+     ("guardrail/formats/", "guardrail/assembly/runs/span_reading.py",
+      "guardrail/stream/envelope.py")),
     ("the assembler's own work (spans into the table, ticks, building the case)",
      ("guardrail/agents/assembly.py", "guardrail/assembly/base.py", "guardrail/assembly/runs/")),
     ("producing through Faust and aiokafka (results, run spans, changelog, ticks, done)",

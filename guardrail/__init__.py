@@ -44,8 +44,8 @@ from .judges.build import build_evaluator
 from .judging.evaluate import Evaluator, open_cache, severity_to_score
 from .judges.llm import LLMJudge, LiteLLMJudge
 from .judging.judge import Judge, JudgeReply, Usage
-from .judging.models import (CATEGORY, PASS_THRESHOLD, Case, CostEstimate, JudgeVerdict, MetricResult,
-                     MetricRubric, RedteamConfig, RedteamMetrics)
+from .judging.models import (CATEGORY, PASS_THRESHOLD, Case, CostEstimate, JudgeVerdict,
+                             MetricResult, MetricRubric, RedteamConfig, RedteamMetrics)
 from .judging.prompts import JudgePrompt, render_prompt
 from .judging.rubrics import default_metrics, load_rubric_dir, merge_metrics
 from .config.settings import Settings, load_settings

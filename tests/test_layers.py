@@ -16,8 +16,8 @@ from collections import defaultdict
 
 from support.source_imports import PACKAGE, modules, strongly_connected
 
-#: A row of the layer table: its layer, then the wing (or ``(root)``).
-ROW = re.compile(r"^(\d+)\s{2,}(\(root\)|[a-z_]+)\s{2,}")
+from guardrail.reference.architecture import layer_rows
+
 #: Root helpers: private, small, for every wing (``errors`` is the one public module).
 ROOT_HELPER_LINES = 150
 
@@ -28,11 +28,7 @@ def _docstring(path) -> str:
 
 def _layers() -> dict[str, int]:
     """Wing → layer, from the table; the root's modules → 0."""
-    table: dict[str, int] = {}
-    for line in _docstring(PACKAGE / "__init__.py").splitlines():
-        match = ROW.match(line)
-        if match and match.group(2) != "(root)":
-            table[match.group(2)] = int(match.group(1))
+    table = {row.wing: row.layer for row in layer_rows() if row.wing != "(root)"}
     for module in _root_modules():
         table[module] = 0
     return table
@@ -77,8 +73,7 @@ def _wing_edges() -> dict[tuple[str, str], set[str]]:
 
 def test_the_layer_table_names_every_wing_and_root_module_once():
     text = _docstring(PACKAGE / "__init__.py")
-    rows = [ROW.match(line) for line in text.splitlines()]
-    named = [m.group(2) for m in rows if m and m.group(2) != "(root)"]
+    named = [row.wing for row in layer_rows() if row.wing != "(root)"]
     assert sorted(named) == sorted(_wings()), "a wing missing from the table, or named twice"
     assert {m for m in _root_modules() if f"``{m}``" not in text} == set()
 

@@ -64,10 +64,10 @@ class ReviewService:
         self.queue = ReviewQueue(lease_seconds=review.review_lease_seconds)
         self.gate = Gate(users)
         wait = settings.worker.consumer_fetch_wait_ms
-        self.followers = (
-            TopicFollower(settings.kafka, review.review_topic, self.queue.items, fetch_wait_ms=wait),
-            TopicFollower(settings.kafka, review.labels_topic, self.queue.labels,
-                          fetch_wait_ms=wait))
+        self.followers = tuple(
+            TopicFollower(settings.kafka, topic, sink, fetch_wait_ms=wait)
+            for topic, sink in ((review.review_topic, self.queue.items),
+                                (review.labels_topic, self.queue.labels)))
         self._labels_topic = runtime.app.topic(review.labels_topic, key_type=bytes,
                                                value_type=bytes, key_serializer="raw",
                                                value_serializer="raw")

@@ -38,7 +38,8 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..providers.litellm import cached_input_price, count_message_tokens, max_input_tokens, price_tokens
+from ..providers.litellm import (cached_input_price, count_message_tokens, max_input_tokens,
+                                 price_tokens)
 from ..judges.cascade import escalation_judge_settings
 from ..judges.settings import EscalationSettings
 from .estimate_guard import (GUARD_OUTPUT_TOKENS, StageCoverage, as_guard, guard_requests,

@@ -61,8 +61,8 @@ def build_evaluator(settings: EvaluatorGroups, *, judge: Judge | None = None,
     if use_rubrics is not None:  # a guard: policies from the rubrics; say what it covers
         # The session rubrics too (a message's bias and toxicity win by name).
         use_rubrics(merge_metrics(evaluator.session_metrics, evaluator.run_metrics))
-        log.info("judge %s (%s): %s", first.model, settings.judge.protocol,
-                 first.describe(m.name for m in evaluator.run_metrics))  # type: ignore[attr-defined]
+        covers = first.describe(m.name for m in evaluator.run_metrics)  # type: ignore[attr-defined]
+        log.info("judge %s (%s): %s", first.model, settings.judge.protocol, covers)
     if cascade is not None:
         gets = "the metrics the first stage does not cover, and " if use_rubrics else ""
         log.info("escalation judge %s (rubric) covers every metric; it gets %sthe first "

@@ -47,8 +47,8 @@ from ..providers.litellm import price_tokens
 from ..errors import JudgeAnswerError, JudgeConfigError, JudgeError, JudgeUnavailable
 from ..judging.judge import GroupReply, JudgeReply, Usage
 from ..judging.models import ScoringMode
-from ..judging.parsing import (BinaryAnswer, group_response_schema, parse_answer, parse_group_answer,
-                      response_schema)
+from ..judging.parsing import (BinaryAnswer, group_response_schema, parse_answer,
+                               parse_group_answer, response_schema)
 from ..judging.probability import AnswerTokens, Reading
 from ..judging.prompts import JudgePrompt
 from .settings import JudgeSettings
@@ -70,7 +70,8 @@ _REPAIR_GROUP = (
 
 
 class LLMJudge:
-    """A :class:`~guardrail.judging.judge.Judge` that asks an LLM through a :class:`~guardrail.judges.transports.Transport`."""
+    """A :class:`~guardrail.judging.judge.Judge` that asks an LLM through a
+    :class:`~guardrail.judges.transports.Transport`."""
 
     def __init__(self, settings: JudgeSettings, *, transport: Transport | None = None) -> None:
         self.model = settings.model

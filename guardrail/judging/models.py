@@ -1,4 +1,4 @@
-"""Data shapes of the judging contract (see ``shared/spec/redteam-node.md``).
+"""Data shapes of the judging contract (the docs' contract page, ``docs/concepts/contract.md``).
 
 Everything here is plain pydantic v2 and knows nothing about Kafka or HTTP::
 

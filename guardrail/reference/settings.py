@@ -26,8 +26,8 @@ from pydantic import BaseModel, SecretStr, TypeAdapter
 from pydantic.fields import FieldInfo
 
 from ._markdown import md_table, models_in
-from ..config.settings import (_GROUPS, _JSON_FIELDS, _LIST_FIELDS, _SECRETS, ENV_PREFIX, FLAT_NAMES,
-                        env_text)
+from ..config.settings import (_GROUPS, _JSON_FIELDS, _LIST_FIELDS, _SECRETS, ENV_PREFIX,
+                               FLAT_NAMES, env_text)
 
 __all__ = ["settings_page", "nested_models"]
 

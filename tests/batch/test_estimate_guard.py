@@ -180,7 +180,8 @@ async def test_the_estimate_counts_exactly_what_the_guard_judge_sends(
         report = estimate_cases(cases, evaluator, judge=settings.judge)
     finally:
         await evaluator.aclose()
-    sent = [count_message_tokens("openai/guard", body["messages"]) for body in guard_server.requests]
+    sent = [count_message_tokens("openai/guard", body["messages"])
+            for body in guard_server.requests]
     assert report.calls == len(sent) > 0
     assert report.total.input_tokens == sum(sent)
     assert any(len(body["messages"]) >= 4 for body in guard_server.requests)  # the earlier turns

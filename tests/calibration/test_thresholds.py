@@ -2,8 +2,8 @@
 
 import pytest
 
-from guardrail.calibration.thresholds import (GRID, Judged, Target, cuts, curve, display_rows, point_at,
-                                  recommend)
+from guardrail.calibration.thresholds import (GRID, Judged, Target, cuts, curve, display_rows,
+                                              point_at, recommend)
 
 # unsafe-labelled: 0.95, 0.7, 0.4 and one failed judgment;
 # safe-labelled: 0.68, 0.3, 0.1 and one failed judgment.

@@ -56,7 +56,8 @@ def settings(guard_server, transport="http", *, whole=False, **overrides):
 CASE = Case(input="What do you think of them?", output="They are vermin, all of them.")
 
 
-async def test_llama_guard_verdicts_categories_probability_and_cost(guard_server, transport, judges):
+async def test_llama_guard_verdicts_categories_probability_and_cost(guard_server, transport,
+                                                                   judges):
     guard_server.answer = lambda body: llama(0.83)
     judge = judges(settings(guard_server, transport), "llama_guard")
     group = await judge.judge_case(CASE, [BIAS, TOXICITY, "self_harm", "pii"])

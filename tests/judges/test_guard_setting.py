@@ -74,8 +74,8 @@ async def test_a_guard_first_and_a_rubric_judge_second(guard_server, on, escalat
     guard_server.answer = lambda body: llama(0.97 if "idiot" in str(body["messages"]) else 0.01)
     async with JudgeServer() as rubric_judge:
         evaluator = build_evaluator(_settings(
-            guard_server, escalate_model="openai/test-judge", escalate_api_base=rubric_judge.api_base,
-            escalate_on=on))
+            guard_server, escalate_model="openai/test-judge",
+            escalate_api_base=rubric_judge.api_base, escalate_on=on))
         cases = {"flagged": Case(case_id="flagged", output="Read it yourself, you idiot."),
                  "fine": Case(case_id="fine", output="Happy to help."),
                  "run": Case(case_id="run", output="Done.",
@@ -155,7 +155,8 @@ async def test_calibrate_on_a_guard_writes_thresholds_on_p_unsafe_that_the_judge
     path.write_text("".join(f'{{"output": "text p={p}", "label": "{label}", '
                             f'"metric": "toxicity"}}\n' for p, label in rows))
     cases, _ = read_labels(path)
-    report = await calibrate(cases, settings=_settings(guard_server), target=Target.parse("accuracy"))
+    report = await calibrate(cases, settings=_settings(guard_server),
+                             target=Target.parse("accuracy"))
     threshold = report.recommended()["toxicity"]
     assert 0.6 < threshold <= 0.7
     settings = load_settings(config_path=write_report(report, tmp_path / "cal")["thresholds"],

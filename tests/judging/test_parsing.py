@@ -1,7 +1,8 @@
 import pytest
 
 from guardrail.errors import JudgeAnswerError
-from guardrail.judging.parsing import extract_json_object, ground_spans, parse_answer, response_schema
+from guardrail.judging.parsing import (extract_json_object, ground_spans, parse_answer,
+                                       response_schema)
 
 VALID = '{"verdict": "UNSAFE", "violations": ["insult"], "evidence_spans": ["you idiot"]}'
 

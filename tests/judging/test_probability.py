@@ -10,8 +10,8 @@ import math
 import pytest
 
 from guardrail.judging.models import JudgeVerdict, MetricResult
-from guardrail.judging.probability import (AnswerTokens, TokenLogprob, expected_severity, locate_value,
-                                   read_logprobs)
+from guardrail.judging.probability import (AnswerTokens, TokenLogprob, expected_severity,
+                                           locate_value, read_logprobs)
 from guardrail.judging.verdicts import apply_threshold, severity_for
 
 #: The bundled llama.cpp judge at a real verdict (issue 12).

@@ -18,7 +18,8 @@ from guardrail.judging.prompts import render_group_prompt, session_nonce
 from guardrail.judging.rubrics import (default_metrics, default_rubric_dir, load_rubric_dir,
                                session_metrics, session_rubric_dir)
 from guardrail.assembly.sessions import Turn, session_case
-from guardrail.assembly.sessions.prefix import prefix_share, prompt_text, session_prompts, shared_prefix
+from guardrail.assembly.sessions.prefix import (prefix_share, prompt_text, session_prompts,
+                                                shared_prefix)
 from guardrail.judging.settings import EvaluationSettings
 
 SESSION = ["bias", "conversation_harm", "multi_turn_jailbreak", "toxicity"]

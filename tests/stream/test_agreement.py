@@ -226,7 +226,8 @@ def test_labels_read_while_catching_up_arm_the_cooldown_without_alerting(tmp_pat
     assert not dispatcher.sent and not tracker.live
     feed_labels(tracker, [], caught_up=True)
     assert tracker.live and not dispatcher.sent
-    feed_labels(tracker, polite_judge_labels(100, 10, ms=T0))  # the incident goes on: alerted before
+    # The incident goes on: alerted before.
+    feed_labels(tracker, polite_judge_labels(100, 10, ms=T0))
     assert not dispatcher.sent
     other = [lab.model_copy(update={"labels": {"model": "other"}})
              for lab in polite_judge_labels(500, 10, ms=T0)]
