@@ -12,8 +12,6 @@ MAX_LINES = 400
 #: The wings that read and judge records, whoever moves them: no Kafka client.
 PURE_WINGS = ("judging", "judges", "providers", "formats", "assembly", "review", "stream",
               "batch_api", "batch", "calibration", "config")
-#: Modules of those wings that do talk to Kafka, and why.
-KAFKA_READERS = {"guardrail.review.labels_topic"}  # the labels topic, read once for commands
 
 
 def test_the_wings_that_read_and_judge_records_import_no_kafka_client():
@@ -21,7 +19,7 @@ def test_the_wings_that_read_and_judge_records_import_no_kafka_client():
     offenders = {
         name: sorted(i for i in found if i.split(".")[0] in KAFKA_CLIENTS)
         for name, found in modules().items()
-        if name.startswith(pure) and name not in KAFKA_READERS
+        if name.startswith(pure)
     }
     assert {k: v for k, v in offenders.items() if v} == {}
 

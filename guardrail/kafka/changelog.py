@@ -166,18 +166,22 @@ class ChangelogReader:
 
 async def read_topic(kafka: KafkaSettings, topic: str, sink: RecordSink, *,
                      fetch_wait_ms: int, timeout: float = 60.0,
-                     missing: str = "it does not exist",
-                     horizon_seconds: float | None = None) -> int:
+                     missing: str = "it does not exist", missing_ok: bool = False,
+                     what: str = "topic", horizon_seconds: float | None = None) -> int | None:
     """Feed every record of ``topic`` to ``sink`` once, up to the end seen at
-    the start; returns how many. :class:`RatesUnavailable` when the topic is
-    missing (``missing`` says why), unreachable or not read within ``timeout``."""
+    the start; returns how many. A missing topic is None with ``missing_ok``;
+    else, like an unreachable broker or a read slower than ``timeout``,
+    :class:`RatesUnavailable` (``what`` names the topic's kind, ``missing`` says
+    why it may be missing)."""
     reader = ChangelogReader(kafka, topic, sink, fetch_wait_ms=fetch_wait_ms,
                              horizon_seconds=horizon_seconds)
     where = resolve_bootstrap(kafka)
     records = 0
     try:
         if not await reader.open():
-            raise RatesUnavailable(f"no topic {topic!r} on {where}: {missing}")
+            if missing_ok:
+                return None
+            raise RatesUnavailable(f"no {what} {topic!r} on {where}: {missing}")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while not await reader.caught_up():

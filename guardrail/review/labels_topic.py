@@ -13,18 +13,15 @@ through :func:`guardrail.calibration.labels.read_label_rows`: one reader, one re
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Iterator
 
 import orjson
-from aiokafka.errors import KafkaError
 
-from ..kafka.changelog import ChangelogReader, RatesUnavailable
-from ..kafka.clients import resolve_bootstrap
+from ..kafka.changelog import read_topic
 from ..kafka.settings import KafkaSettings
-from .settings import ReviewSettings
 from .folds import LabelsFold
 from .records import LabelRecord
+from .settings import ReviewSettings
 
 __all__ = ["read_labels_topic", "label_lines", "label_rows"]
 
@@ -37,28 +34,11 @@ async def read_labels_topic(kafka: KafkaSettings, review: ReviewSettings, *,
     end seen at the start. A missing topic is None with ``missing_ok``, else,
     like an unreachable broker or a read slower than ``timeout``,
     :class:`~guardrail.kafka.changelog.RatesUnavailable`."""
-    topic = topic or review.labels_topic
     fold = LabelsFold()
-    reader = ChangelogReader(kafka, topic, fold, fetch_wait_ms=fetch_wait_ms)
-    where = resolve_bootstrap(kafka)
-    try:
-        if not await reader.open():
-            if missing_ok:
-                return None
-            raise RatesUnavailable(f"no labels topic {topic!r} on {where} (no review "
-                                   "queue has written there; see labels_topic)")
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while not await reader.caught_up():
-            if loop.time() > deadline:
-                raise RatesUnavailable(f"could not read {topic!r} to its end within "
-                                       f"{timeout:.0f}s")
-            await reader.poll(200)
-    except KafkaError as exc:
-        raise RatesUnavailable(f"cannot read {topic!r} from {where}: {exc}") from None
-    finally:
-        await reader.close()
-    return fold
+    read = await read_topic(kafka, topic or review.labels_topic, fold, what="labels topic",
+                            fetch_wait_ms=fetch_wait_ms, timeout=timeout, missing_ok=missing_ok,
+                            missing="no review queue has written there (see labels_topic)")
+    return None if read is None else fold
 
 
 def label_lines(labels: Iterable[LabelRecord]) -> Iterator[bytes]:
