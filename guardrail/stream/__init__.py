@@ -29,15 +29,23 @@ their source coordinates, key and headers) and go out as :class:`Outgoing`
 It imports the wings below it (the judging core, the judges, formats, assembly,
 review, Kafka's settings), never a Kafka client, Faust or the whole settings:
 :meth:`MessageJudge.from_settings` takes any object with the groups it names
-(:class:`~.settings.StreamGroups`).
+(:class:`~.settings.StreamGroups`). Names are imported on first use: every
+command reads this wing's settings, and only some judge.
 """
 
-from .alerts import AlertDispatcher, WindowCounts, check_rule
-from .envelope import BadInput, InputMessage, Source, decode_input
-from .events import JudgmentEvent, MalformedEvent
-from .processing import MessageJudge, Outgoing, RawMessage
-from .telemetry import Telemetry
+from __future__ import annotations
 
-__all__ = ["AlertDispatcher", "BadInput", "InputMessage", "JudgmentEvent", "MalformedEvent",
-           "MessageJudge", "Outgoing", "RawMessage", "Source", "Telemetry", "WindowCounts",
-           "check_rule", "decode_input"]
+from .._lazy import lazy_exports
+
+_HOMES = {
+    "MessageJudge": ".processing", "Outgoing": ".processing", "RawMessage": ".processing",
+    "BadInput": ".envelope", "InputMessage": ".envelope", "Source": ".envelope",
+    "decode_input": ".envelope", "JudgmentEvent": ".events", "MalformedEvent": ".events",
+    "AlertDispatcher": ".alerts", "WindowCounts": ".alerts", "check_rule": ".alerts",
+    "Telemetry": ".telemetry", "WorkerSettings": ".settings", "WindowSettings": ".settings",
+    "AlertRule": ".settings", "SamplingSettings": ".settings", "SampleRule": ".settings",
+    "StreamGroups": ".settings",
+}
+
+__all__ = list(_HOMES)
+__getattr__ = lazy_exports(__name__, _HOMES)
