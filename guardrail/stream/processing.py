@@ -27,17 +27,14 @@ batch may be published or acked, the caller stops.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
 
 from .._event_time import now_ms
-from .._tasks import gather_or_cancel
 from ..assembly.base import RUN_SPAN_HEADERS
 from ..formats import CaseDecoder, InputDecoder, build_decoder
 from ..judging.evaluate import Evaluator
@@ -53,20 +50,18 @@ from .sampling import Sampler
 from .session_turns import (TURN_HEADERS, counts_in_windows, message_unit, turn_record_value,
                             window_labels)
 from .settings import StreamGroups, WindowSettings, WorkerSettings
-from .tally import JudgeTally, unavailable_share
+from .outage import OutageWaits
+from .tally import JudgeTally
 from .telemetry import Telemetry
 
-__all__ = ["RawMessage", "Outgoing", "MessageJudge", "JudgeTally", "ResultExporter"]
+__all__ = ["RawMessage", "Outgoing", "MessageJudge", "JudgeTally", "ResultExporter",
+           "RecordJudgment", "CaseOutcome"]
 
 log = logging.getLogger("guardrail.worker")
 
-#: Rounds a batch is retried when some judgments (under the outage threshold)
-#: failed judge-side, before those errors are published.
-PARTIAL_OUTAGE_RETRIES = 3
-
-#: A valid case of a batch: its record, its own source (``index`` inside a
-#: many-case record) and the decoded message.
-Case3 = tuple["RawMessage", Source, InputMessage]
+#: A valid case of a batch: its record's judgment, its own source (``index``
+#: inside a many-case record) and the decoded message.
+Case3 = tuple["RecordJudgment", Source, InputMessage]
 FloorOf = Callable[[str, int], "int | None"]  #: see MessageJudge.process
 
 
@@ -99,7 +94,31 @@ class Outgoing:
     partition: int | None = None
 
 
-class MessageJudge:
+@dataclass(frozen=True)
+class CaseOutcome:
+    """What became of one case of a record: judged (``metrics``), not readable
+    (``invalid``: its DLQ reason) or left unjudged (``unjudged``: ``not_sampled``)."""
+
+    case_id: str
+    metrics: RedteamMetrics | None = None
+    invalid: str | None = None
+    unjudged: str | None = None
+    session_id: str | None = None
+
+
+@dataclass
+class RecordJudgment:
+    """What one input record came to: the records to publish for it (results, DLQ,
+    review items, spans and turns to assemble) and each of its cases' outcome;
+    ``unreadable`` is the DLQ reason of a record that could not be read at all."""
+
+    raw: RawMessage
+    outgoing: list[Outgoing] = field(default_factory=list)
+    cases: list[CaseOutcome] = field(default_factory=list)
+    unreadable: str | None = None
+
+
+class MessageJudge(OutageWaits):
     """Decode, judge and turn a batch into results, judgment events and DLQ records."""
 
     def __init__(self, evaluator: Evaluator, *, worker: WorkerSettings, kafka: KafkaSettings,
@@ -144,9 +163,6 @@ class MessageJudge:
         self.not_sampled = 0
         #: Which run produced the judgments ("live", or a replay's id): see .events.
         self.origin = origin
-        #: When a judge call last succeeded (any batch): tells a judge outage
-        #: from one message the judge keeps failing on.
-        self._last_judge_success = float("-inf")
 
     @classmethod
     def from_settings(cls, evaluator: Evaluator, settings: StreamGroups, **options: Any,
@@ -172,7 +188,14 @@ class MessageJudge:
         caller acks the record only after every case of it is published.
         ``floor_of(topic, partition)``, asked once the batch is judged, gives
         the judgment events their :attr:`~.events.JudgmentEvent.floor`."""
-        good, outgoing = self._decode(batch)
+        records, bundles = await self.judge_records(batch, floor_of=floor_of)
+        return [out for record in records for out in record.outgoing] + bundles
+
+    async def judge_records(self, batch: list[RawMessage], *, floor_of: FloorOf | None = None,
+                            ) -> tuple[list[RecordJudgment], list[Outgoing]]:
+        """:meth:`process`, record by record: what each input record came to, and
+        the batch's judgment-event bundles (one record may hold events of many)."""
+        records, good = self._decode(batch)
         # Before any await: batches start in order, so the sampler sees each
         # partition's cases in (offset, index) order (its version counts need that).
         chosen = self._sample(good)
@@ -190,14 +213,16 @@ class MessageJudge:
         events: list[JudgmentEvent] = []
         floors = {} if floor_of is None else {
             where: floor_of(*where) for where in {(s.topic, s.partition) for _, s, _ in good}}
-        for (raw, source, msg), take in zip(good, chosen):
+        for (record, source, msg), take in zip(good, chosen):
             verdict = next(next_verdict) if take else None
             floor = floors.get((source.topic, source.partition))
-            outgoing.extend(self._records(raw, source, msg, verdict, events, floor) if take
-                            else self._not_sampled(source, msg, events, floor))
-            outgoing.extend(self._turn(source, msg, verdict))
-        outgoing.extend(self._bundles(events))
-        return outgoing
+            record.outgoing.extend(self._records(record.raw, source, msg, verdict, events, floor)
+                                   if take else self._not_sampled(source, msg, events, floor))
+            record.outgoing.extend(self._turn(source, msg, verdict))
+            record.cases.append(CaseOutcome(msg.case.case_id or source.coordinates, verdict,
+                                            unjudged=None if take else "not_sampled",
+                                            session_id=msg.session_id))
+        return records, self._bundles(events)
 
     def _turn(self, source: Source, message: InputMessage,
               verdict: RedteamMetrics | None) -> list[Outgoing]:
@@ -209,26 +234,31 @@ class MessageJudge:
         return [Outgoing(self.session_turns_topic, message.session_id.encode(), value,
                          headers=TURN_HEADERS)]
 
-    def _decode(self, batch: list[RawMessage]) -> tuple[list[Case3], list[Outgoing]]:
-        """The batch's valid cases in input order, and DLQ records for the rest."""
+    def _decode(self, batch: list[RawMessage]) -> tuple[list[RecordJudgment], list[Case3]]:
+        """Each record's judgment so far (DLQ records for what cannot be read, spans
+        forwarded to assembly), and the batch's valid cases in input order."""
+        records: list[RecordJudgment] = []
         good: list[Case3] = []
-        dlq: list[Outgoing] = []
         for raw in batch:
+            record = RecordJudgment(raw)
+            records.append(record)
             decoded = decode_record(raw.value, max_bytes=self.worker.max_message_bytes,
                                     source=raw.source, decoder=self.decoder,
                                     conversation_max_chars=self.conversation_max_chars,
                                     budgets=self.budgets)
             if isinstance(decoded, BadInput):
-                dlq.append(self._dlq(raw, raw.source, decoded.reason))
+                record.unreadable = decoded.reason
+                record.outgoing.append(self._dlq(raw, raw.source, decoded.reason))
                 continue
             self._note_skipped(decoded)
-            dlq.extend(self._forward_run_spans(raw, decoded))
+            record.outgoing.extend(self._forward_run_spans(raw, decoded))
             for source, item in decoded.items:
                 if isinstance(item, BadInput):
-                    dlq.append(self._dlq(raw, source, item.reason))
+                    record.outgoing.append(self._dlq(raw, source, item.reason))
+                    record.cases.append(CaseOutcome(source.coordinates, invalid=item.reason))
                 else:
-                    good.append((raw, source, item))
-        return good, dlq
+                    good.append((record, source, item))
+        return records, good
 
     def _forward_run_spans(self, raw: RawMessage, decoded: DecodedRecord) -> list[Outgoing]:
         """The record's spans of agent runs, one record each keyed by trace id,
@@ -268,57 +298,6 @@ class MessageJudge:
             events.extend(self._events(message, source, floor,
                                        [(n, "not_sampled", ()) for n in names]))
         return []
-
-    async def _judge(self, message: InputMessage) -> RedteamMetrics:
-        started = time.perf_counter()
-        try:
-            verdict = await self.evaluator.evaluate(message.case)
-        finally:
-            self.telemetry.judge_latency.observe(time.perf_counter() - started)
-        if any(not (m.cached or m.error) for m in verdict.metrics):
-            self._last_judge_success = time.monotonic()
-        return verdict
-
-    async def _judge_until_available(self, messages: list[InputMessage]) -> list[RedteamMetrics]:
-        """Judge a batch; while the judge is down, hold it (unacked) and retry.
-
-        Publishing errors during an outage would burn through the topic, so a
-        batch whose judge-side failures reach ``outage_threshold`` of the calls
-        it made, with no judge call succeeding anywhere since the previous
-        round started, waits with backoff for as long as the outage lasts. Fewer failures (a batch
-        straddling the start or end of an outage, or one message the judge
-        always fails on while other calls succeed) are retried a few rounds,
-        then published as errors: one bad message must not hold a partition.
-        The cache keeps what did succeed, so a retry re-asks only the failures.
-        """
-        delay, partial_rounds, previous_round = 1.0, 0, time.monotonic()
-        while True:
-            round_started = time.monotonic()
-            # The first configuration error cancels the rest of the batch.
-            verdicts = await gather_or_cancel(*(self._judge(m) for m in messages))
-            share = unavailable_share(verdicts)
-            if self.worker.outage_policy != "pause" or share == 0:
-                self.telemetry.paused.set(0)
-                return verdicts
-            judge_down = (share >= self.worker.outage_threshold
-                          and self._last_judge_success < previous_round)
-            previous_round = round_started
-            if not judge_down:
-                if partial_rounds >= PARTIAL_OUTAGE_RETRIES:
-                    self.telemetry.paused.set(0)
-                    return verdicts
-                partial_rounds += 1
-            reason = next(m.error for v in verdicts for m in v.metrics if m.error)
-            log.warning("judge unavailable for %.0f%% of the calls of a batch of %d%s; "
-                        "pausing %.0fs: %s", 100 * share, len(messages),
-                        "" if judge_down else f" (retry {partial_rounds})", delay, reason)
-            self.telemetry.paused.set(1)
-            self.telemetry.outage_pauses.inc()
-            await self._pause(delay)
-            delay = min(delay * 2, self.worker.outage_max_backoff)
-
-    async def _pause(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
 
     def _dlq(self, raw: RawMessage, source: Source, reason: str) -> Outgoing:
         """A DLQ record for a whole record, or (``source.index`` set) one case of it."""

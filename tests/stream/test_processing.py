@@ -10,7 +10,8 @@ from guardrail.judges.llm import LLMJudge
 from guardrail.local.rule_judge import ErrorReply
 from guardrail.stream.envelope import Source
 from guardrail.stream.events import JudgmentEvent, decode_events
-from guardrail.stream.processing import PARTIAL_OUTAGE_RETRIES, MessageJudge, RawMessage
+from guardrail.stream.outage import PARTIAL_OUTAGE_RETRIES
+from guardrail.stream.processing import MessageJudge, RawMessage
 
 
 PER_METRIC = {"judge_calls": "per_metric"}
