@@ -26,14 +26,15 @@ the importing wing's docstring (``tests/test_layers.py`` keeps both true):
 3     review       humans in the loop: the review queue, labels, the review page
 3     batch_api    providers' batch APIs, judging at the batch price
 4     stream       the stream contract: records in, results, judgments, DLQ out; windows
-5     config       the one ``Settings``, gathered from every wing's group
-6     batch        judging files: ``run``, ``estimate``, ``run --batch-api``
-6     calibration  how far to trust a judge: labelled cases, agreement, thresholds
-7     replay       re-judging a time range of a topic
-7     agents       the Faust worker: judging, counting and assembling agents, web pages
-7     demo         the whole product in one command
-8     cli          the ``guardrail`` command
-8     reference    the docs' reference pages, generated from the code
+5     gate         gate mode's decisions: approved or held, in order, kept until committed
+6     config       the one ``Settings``, gathered from every wing's group
+7     batch        judging files: ``run``, ``estimate``, ``run --batch-api``
+7     calibration  how far to trust a judge: labelled cases, agreement, thresholds
+8     replay       re-judging a time range of a topic
+8     agents       the Faust worker: judging, counting and assembling agents, web pages
+8     demo         the whole product in one command
+9     cli          the ``guardrail`` command
+9     reference    the docs' reference pages, generated from the code
 ====  ===========  ==========================================================================
 """
 

@@ -44,8 +44,9 @@ from ..stream.processing import MessageJudge
 from ..stream.telemetry import Telemetry
 from ..formats import build_decoder
 from ..assembly.runs.routing import RunRouter
-from . import (agreement, dashboard, judging, kafka_trouble, liveness, review, run_assembly,
-               sampling, session_assembly, web, windows)
+from ..gate.settings import check_gate
+from . import (agreement, dashboard, gate, judging, kafka_trouble, liveness, review,
+               run_assembly, sampling, session_assembly, web, windows)
 from .runtime import GuardrailApp, WorkerRuntime
 from .transport import GuardrailFaustApp
 
@@ -97,6 +98,7 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
     """Create the Faust app with its agents, tables and pages, closed on stop."""
     # Settings that cannot work refuse before anything connects (exit 2).
     check_budget_prices(settings.sampling, settings.judge)
+    check_gate(settings.gate, settings.sampling)
     app = GuardrailFaustApp(settings.kafka.app_id,
                             fetch_wait_ms=settings.worker.consumer_fetch_wait_ms,
                             **faust_options(settings))
@@ -118,6 +120,8 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
         dispatcher=dispatcher, rates_view=RatesView(settings),
     )
     sampling.register(runtime)  # before the judging agent: it may add a hook to acks
+    if settings.gate.gate:
+        gate.register(runtime)  # before the judging agent, which hands it every record
     judging.register(runtime)
     if runs_assembled(settings):
         telemetry.expect_metrics(m.name for m in getattr(evaluator, "run_metrics", ()))

@@ -92,9 +92,12 @@ class OrderedAcker:
 
     def __init__(self, stream: Any, limit: int, publish: Publish,
                  on_config_error: Callable[[JudgeConfigError], None] | None = None,
-                 mark_processed: Callable[[list[Any]], None] | None = None) -> None:
+                 mark_processed: Callable[[list[Any]], None] | None = None,
+                 before_ack: Callable[[list[Any]], Awaitable[None]] | None = None) -> None:
         self._stream = stream
         self._publish = publish
+        #: Awaited after a batch is published, before its acks (the gate: forwarded).
+        self._before_ack = before_ack
         #: Told each batch's messages before their acks (``mark_processed_on``).
         self._mark_processed = mark_processed
         self._on_config_error = on_config_error
@@ -160,6 +163,8 @@ class OrderedAcker:
 
     async def _publish_batch(self, events: list[Any], records: list[Outgoing]) -> None:
         await self._publish(records)
+        if self._before_ack is not None:
+            await self._before_ack(events)
         if self._mark_processed is not None:
             self._mark_processed([event.message for event in events])
         for event in events:
@@ -307,6 +312,11 @@ def register(runtime: WorkerRuntime) -> None:
     # Acked by hand once published: the records Faust's stream skips are never committed.
     mark_processed = app.mark_processed_on(s.kafka.input_topic)
 
+    gate = runtime.state.get("gate")
+    if gate is not None:
+        _gate_agent(runtime, source, publish, mark_processed, floor_of, gate)
+        return
+
     @app.agent(source, name="guardrail.judge", concurrency=1)
     async def judge(stream: Any) -> None:
         acker = OrderedAcker(stream, MAX_INFLIGHT_BATCHES, publish,
@@ -316,6 +326,44 @@ def register(runtime: WorkerRuntime) -> None:
             async for events in stream.noack_take(s.worker.batch_size,
                                                   within=s.worker.batch_within):
                 await acker.submit(list(events), asyncio.ensure_future(handle(list(events))))
+        finally:
+            await stop_acker(acker, runtime)
+            log.info("judging agent stopped")
+
+    runtime.state["judge_agent"] = judge
+
+
+def _gate_agent(runtime: WorkerRuntime, source: Any, publish: Publish,
+                mark_processed: Callable[[list[Any]], None], floor_of: Any, gate: Any) -> None:
+    """The judging agent of gate mode: each record of a batch judged on its own and
+    forwarded by the gate as soon as its turn comes (:mod:`.gate`); the batch's
+    records published and its records acked, in order, once every one is placed."""
+    app, s = runtime.app, runtime.settings
+
+    async def judge_one(raw: RawMessage) -> tuple[Any, list[Outgoing]]:
+        records, bundles = await runtime.message_judge.judge_records([raw], floor_of=floor_of)
+        return records[0], records[0].outgoing + bundles
+
+    async def through(passages: list[Any]) -> list[Outgoing]:
+        outgoing = await asyncio.gather(*(gate.through(p, judge_one) for p in passages))
+        return [out for records in outgoing for out in records]
+
+    async def placed(events: list[Any]) -> None:
+        for event in events:
+            await gate.settled(_raw(event))
+
+    # As many batches in flight as the gate lets records wait.
+    limit = max(MAX_INFLIGHT_BATCHES, -(-s.gate.gate_max_waiting // s.worker.batch_size))
+
+    @app.agent(source, name="guardrail.judge", concurrency=1)
+    async def judge(stream: Any) -> None:
+        acker = OrderedAcker(stream, limit, publish, on_config_error=runtime.stop_on_config_error,
+                             mark_processed=mark_processed, before_ack=placed)
+        try:
+            async for events in stream.noack_take(s.worker.batch_size,
+                                                  within=s.worker.batch_within):
+                passages = [await gate.admit(_raw(event)) for event in events]
+                await acker.submit(list(events), asyncio.ensure_future(through(passages)))
         finally:
             await stop_acker(acker, runtime)
             log.info("judging agent stopped")

@@ -28,6 +28,7 @@ from ..judges.transports import uses_direct_http
 from ..kafka.cluster_facts import (ClusterFacts, cluster_facts, describe, replication_warnings,
                                    settled, worker_topic_replicas)
 from ..kafka.topics import ensure_topics, topic_plan
+from ..gate.settings import gate_topics
 from ..review.settings import review_topics
 from ..config.settings import Settings
 from ..judges.settings import JudgeSettings
@@ -191,6 +192,8 @@ def run_worker(runtime: WorkerRuntime, *, loglevel: str = "info") -> None:
     internal = {name: settings.kafka.topic_partitions for name, on in (
         (run_spans_topic(settings.kafka.app_id), runs_assembled(settings)),
         (session_turns_topic(settings.kafka.app_id), sessions_assembled(settings))) if on}
+    # Gate mode forwards each record to the partition of the number it was read from.
+    internal.update(gate_topics(settings.gate, settings.kafka.topic_partitions))
     changelogs = table_changelogs(runtime.app)
     plan = {**topic_plan(settings.kafka), **internal,
             **{name: partitions for name, (partitions, _) in changelogs.items()}}

@@ -23,6 +23,7 @@ judge never sees the Kafka password)::
     settings.runs        # RunSettings (guardrail.assembly.runs): agent runs from OTLP spans
     settings.sessions    # SessionSettings (guardrail.assembly.sessions): conversations judged whole
     settings.batch_api   # BatchApiSettings (guardrail.batch_api): run --batch-api chunks, polls
+    settings.gate        # GateSettings (guardrail.gate): gate mode, approved and held topics
 
 Every setting also has one flat name, the name users write: ``judge_model``,
 ``input_topic``, ``window_seconds`` … (:data:`FLAT_NAMES`). Flat names work as
@@ -52,6 +53,7 @@ from ..assembly.runs.settings import RunSettings
 from ..assembly.sessions.settings import SessionSettings
 from ..batch_api.settings import BatchApiSettings
 from ..formats.settings import InputSettings
+from ..gate.settings import GateSettings
 from ..judges.settings import EscalationSettings, JudgeSettings
 from ..judging.settings import DEFAULT_CACHE_PATH, EvaluationSettings
 from ..kafka.settings import KafkaSettings
@@ -64,6 +66,7 @@ from .file import read_config_file
 __all__ = ["Settings", "JudgeSettings", "EvaluationSettings", "KafkaSettings", "WorkerSettings",
            "WindowSettings", "AlertRule", "SamplingSettings", "InputSettings", "ReviewSettings",
            "SampleRule", "EscalationSettings", "RunSettings", "SessionSettings", "BatchApiSettings",
+           "GateSettings",
            "load_settings",
            "settings_env", "env_text",
            "read_config_file", "ENV_PREFIX", "FLAT_NAMES", "DEFAULT_CACHE_PATH"]
@@ -84,6 +87,7 @@ _GROUPS: dict[str, tuple[type[BaseModel], str]] = {
     "runs": (RunSettings, ""),
     "sessions": (SessionSettings, ""),
     "batch_api": (BatchApiSettings, "batch_"),
+    "gate": (GateSettings, ""),
 }
 
 #: Flat name → (group, field): ``judge_model`` → ``("judge", "model")``.
@@ -103,14 +107,15 @@ def _nest(data: Any) -> Any:
         return data
     nested: dict[str, Any] = {}
     for key, value in data.items():
-        if key in FLAT_NAMES:
+        if key in _GROUPS and isinstance(value, (dict, BaseModel)):
+            # A group as a mapping or a model (``dict(settings)``); flat names beside it
+            # win. Checked first: ``gate`` is a group and, as a boolean, a flat name.
+            nested[key] = {**dict(value), **nested.get(key, {})}
+        elif key in FLAT_NAMES:
             group, field = FLAT_NAMES[key]
             block = nested.setdefault(group, {})
             if isinstance(block, dict):
                 block[field] = value
-        elif key in _GROUPS and isinstance(value, (dict, BaseModel)):
-            # A group as a mapping or a model (``dict(settings)``); flat names beside it win.
-            nested[key] = {**dict(value), **nested.get(key, {})}
         else:
             nested[key] = value  # unknown: pydantic names it
     return nested
@@ -133,6 +138,7 @@ class Settings(BaseModel):
     runs: RunSettings = RunSettings()
     sessions: SessionSettings = SessionSettings()
     batch_api: BatchApiSettings = BatchApiSettings()
+    gate: GateSettings = GateSettings()
 
     @model_validator(mode="before")
     @classmethod

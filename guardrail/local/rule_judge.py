@@ -27,6 +27,7 @@ import asyncio
 import collections
 import json
 import logging
+import random
 import signal
 import threading
 import time
@@ -172,7 +173,8 @@ class JudgeServer(ThreadServing):
     """The stand-in judge. Knobs are plain attributes read per request, so they can
     change at runtime, also from another thread. ``triggers`` is merged over
     ``DEFAULT_TRIGGERS`` (``{"pii": ["ssn"]}`` adds a metric, ``{"toxicity": []}``
-    disables one); ``latency`` (seconds) delays every call. Replies come from the
+    disables one); ``latency`` (seconds) delays every call, by a uniformly random
+    time up to ``latency_max`` when that is larger. Replies come from the
     script queue first, then ``responder``, then the rule judge.
 
     A several-metric call (``requested_metrics``) gets one entry per metric: a
@@ -188,10 +190,12 @@ class JudgeServer(ThreadServing):
     (:mod:`~guardrail.local.rule_logprobs`)."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, latency: float = 0.0,
+                 latency_max: float = 0.0,
                  triggers: Mapping[str, Iterable[str]] | None = None,
                  responder: Responder | None = None, outage_status: int = 503,
                  max_recorded: int = 10_000, prefix_cache: bool = False) -> None:
         self.host, self.port, self.latency, self.responder = host, port, latency, responder
+        self.latency_max = latency_max
         self.prefix_cache = prefix_cache
         #: Answer ``logprobs`` when asked (False: a provider that has none).
         self.logprobs = True
@@ -248,7 +252,9 @@ class JudgeServer(ThreadServing):
         self.calls += 1
         # The latency counts from the request's arrival: reading its body is
         # part of the judge's time, as it is for a remote server.
-        due = asyncio.get_running_loop().time() + self.latency
+        latency = (random.uniform(self.latency, self.latency_max)
+                   if self.latency_max > self.latency else self.latency)
+        due = asyncio.get_running_loop().time() + latency
         try:
             body = await request.json()
         except ValueError:
@@ -261,7 +267,7 @@ class JudgeServer(ThreadServing):
         # plus this stand-in's CPU time (16 answers due together took ~1 ms each,
         # one after another, which benchmarks read as the worker's delay).
         early = None
-        if self.latency > 0:
+        if latency > 0:
             early = self._answer_early(body)
             await asyncio.sleep(max(0.0, due - asyncio.get_running_loop().time()))
         if self.outage:  # checked after the delay: a flaky upstream is slow too
@@ -370,7 +376,8 @@ async def _serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, done.set)
     async with JudgeServer(host=args.host, port=args.port, triggers=triggers,
-                           latency=args.latency_ms / 1000.0) as server:
+                           latency=args.latency_ms / 1000.0,
+                           latency_max=args.latency_max_ms / 1000.0) as server:
         print(server.api_base, flush=True)  # first line: parents read the URL
         await done.wait()
 
@@ -381,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--latency-max-ms", type=float, default=0.0,
+                        help="each call's latency drawn uniformly from --latency-ms to this")
     parser.add_argument("--trigger", action="append", default=[], metavar="METRIC=WORD",
                         help="add a trigger word for a metric (repeatable)")
     asyncio.run(_serve(parser.parse_args(argv)))

@@ -181,6 +181,25 @@ class Telemetry:
                                         "sessions of this worker", registry=r)
         self.open_session_bytes = Gauge("guardrail_open_session_bytes", "Bytes of turns held "
                                         "by the sessions of this worker", registry=r)
+        # Gate mode (guardrail.agents.gate).
+        self.gate_records = Counter("guardrail_gate_records", "Input records the gate placed, "
+                                    "by where (approved, held, dlq) and reason (unsafe, "
+                                    "invalid, judge_error, budget, unsure, session_unsafe; "
+                                    "released: by a reviewer; '-': approved)",
+                                    ["to", "reason"], registry=r)
+        self.gate_unjudged = Counter("guardrail_gate_unjudged", "Records approved without a "
+                                     "verdict (gate_on_error: pass)", registry=r)
+        self.gate_waiting = Gauge("guardrail_gate_waiting", "Records read and not yet placed: "
+                                  "being judged, waiting behind an earlier one, parked",
+                                  registry=r)
+        self.gate_parked = Gauge("guardrail_gate_parked", "Records parked behind a held "
+                                 "record of their key (gate_hold_blocks_key)", registry=r)
+        self.gate_order_wait = Histogram(
+            "guardrail_gate_order_wait_seconds", "Seconds from a record's decision to its "
+            "forward: waiting for earlier records of its key or partition, and the send",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 30), registry=r)
+        self.gate_reviews = Counter("guardrail_gate_reviews", "Reviewers' answers on held "
+                                    "records (released, confirmed)", ["answer"], registry=r)
 
         # Known label values exist from the start, at 0: Prometheus only sees an
         # increase between two scrapes of a series, so a series born at its first

@@ -106,6 +106,13 @@ OLD_NAMES = {
     "batch_poll_max_seconds": ("batch_api", "poll_max_seconds"),
     "batch_completion_window": ("batch_api", "completion_window"),
     "batch_discount": ("batch_api", "discount"),
+    "gate": ("gate", "gate"), "approved_topic": ("gate", "approved_topic"),
+    "held_topic": ("gate", "held_topic"), "gate_on_error": ("gate", "gate_on_error"),
+    "gate_unsure": ("gate", "gate_unsure"), "gate_order": ("gate", "gate_order"),
+    "gate_hold_blocks_key": ("gate", "gate_hold_blocks_key"),
+    "gate_session_hold": ("gate", "gate_session_hold"),
+    "gate_max_waiting": ("gate", "gate_max_waiting"),
+    "gate_transactional": ("gate", "gate_transactional"),
 }
 
 #: A value for each old name that differs from its default, as an environment string.
@@ -184,6 +191,9 @@ SAMPLE_ENV = {
     "batch_poll_max_seconds": "60",
     "batch_completion_window": "48h",
     "batch_discount": "0.4",
+    "gate": "true", "approved_topic": "ok", "held_topic": "no", "gate_on_error": "pass",
+    "gate_unsure": "pass", "gate_order": "partition", "gate_hold_blocks_key": "true",
+    "gate_session_hold": "true", "gate_max_waiting": "50", "gate_transactional": "true",
 }
 
 

@@ -1,0 +1,383 @@
+"""The gate in the worker: every input record forwarded to the approved or the held
+topic once judged, in order, fail-closed, never judged twice across a crash::
+
+    gate = register(runtime)                # in gate mode, before the judging agent
+    passage = await gate.admit(raw)         # room permitting, in offset order
+    outgoing = await gate.through(passage, judge_one)   # judged (or not again), forwarded in order
+    await gate.settled(passage)             # forwarded, or parked durably: it may be acked
+
+**Decisions kept before anything is forwarded.** Judging a record ends with its
+decision and the records judging made (results, judgment events, DLQ) written to
+the gate table (:data:`GATE_TABLE`, changelog ``<app_id>-gate-changelog``,
+partitioned like the input: the entry of input partition p goes to changelog
+partition p, recovered by the worker that owns p) and confirmed by the broker.
+Only then is the record forwarded. A record read again after a crash or a
+rebalance is decided from its entry: not judged again, never forwarded
+differently; a record forwarded already is not forwarded again (a crash between a
+forward and its entry's update forwards it twice: the copy carries the same
+``guardrail.source``, which a consumer drops it by). Entries of committed offsets
+are deleted (tombstones) every :data:`PRUNE_SECONDS`.
+
+**Order.** :class:`~guardrail.gate.order.ReleaseOrder` decides when a decided
+record may leave (``gate_order``); forwards of one lane are sent one after the
+other, each after the broker acknowledged the one before, so a retry cannot
+reorder them.
+
+**Acks.** The judging agent acks a record only once it is forwarded or parked
+durably (:meth:`GateForwarder.settled`), in offset order as always: the committed
+offset never passes a record that is not on the approved or held topic, the DLQ or
+kept parked in the gate table.
+
+**Back-pressure.** At most ``gate_max_waiting`` records are between reading and
+forwarding (being judged, waiting behind an earlier one, parked): the judging agent
+reads nothing more until some leave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import faust
+from faust.types import TP
+
+from ..gate.decision import Decision, GatePolicy, decide
+from ..gate.order import Release, ReleaseOrder, Ticket
+from ..gate.records import forwarded
+from ..gate.state import Entry, entry_key, parse_entry_key
+from ..stream.processing import Outgoing, RawMessage, RecordJudgment
+
+if TYPE_CHECKING:
+    from .runtime import WorkerRuntime
+
+__all__ = ["GateForwarder", "Passage", "register", "GATE_TABLE", "PRUNE_SECONDS"]
+
+log = logging.getLogger("guardrail.gate")
+
+GATE_TABLE = "gate"
+#: How often the entries of committed offsets leave the gate table.
+PRUNE_SECONDS = 5.0
+#: How often records approved unjudged (``gate_on_error: pass``) are reported.
+UNJUDGED_REPORT_SECONDS = 60.0
+#: The states whose entry is done with once its offset is committed.
+_DONE = frozenset({"decided", "forwarded"})
+
+JudgeOne = Callable[[RawMessage], Awaitable[tuple[RecordJudgment, list[Outgoing]]]]
+
+
+@dataclass(eq=False)
+class Passage:
+    """One input record through the gate: its ticket in the order (None: it was
+    forwarded or parked before, and only its records are published again)."""
+
+    raw: RawMessage
+    entry: Entry | None
+    ticket: Ticket | None
+    settled: asyncio.Future[None] = field(default_factory=asyncio.Future)
+    decided_at: float = 0.0
+
+
+class GateForwarder:
+    """The gate's state and forwards in one worker (see the module text)."""
+
+    def __init__(self, runtime: WorkerRuntime, table: Any, topics: dict[str, Any]) -> None:
+        s = runtime.settings
+        self.gate, self.app, self.table, self.topics = s.gate, runtime.app, table, topics
+        self.input_topic = s.kafka.input_topic
+        self.telemetry = runtime.telemetry
+        self.policy = GatePolicy.from_settings(s.gate, s.review, s.evaluation)
+        self.order = ReleaseOrder(s.gate.gate_order, hold_blocks_key=s.gate.gate_hold_blocks_key)
+        #: Sessions judged UNSAFE whose later turns are held (``gate_session_hold``).
+        self.held_sessions: set[str] = set()
+        self._room = asyncio.Condition()
+        #: The last placement of each lane: the next one waits for it.
+        self._lane_tail: dict[Hashable, asyncio.Future[None]] = {}
+        self._passages: dict[tuple[int, int], Passage] = {}
+        self._partitions: set[int] = set()
+        self.unjudged_since_report = 0
+
+    # -- through the gate ------------------------------------------------------------------
+
+    @property
+    def waiting(self) -> int:
+        return self.order.waiting + self.order.parked
+
+    async def admit(self, raw: RawMessage) -> Passage:
+        """Wait for room, then let ``raw`` in; records of a partition are admitted
+        in offset order."""
+        async with self._room:
+            await self._room.wait_for(lambda: self.waiting < self.gate.gate_max_waiting)
+        s = raw.source
+        entry = self.entry(s.partition, s.offset)
+        ticket = None
+        if entry is None or entry.state == "decided":
+            ticket = Ticket(s.partition, s.offset, s.key, data=raw)
+            self.order.enter(ticket)
+        passage = Passage(raw, entry, ticket)
+        if ticket is None:  # forwarded or parked before: nothing to wait for
+            passage.settled.set_result(None)
+        else:
+            self._passages[s.partition, s.offset] = passage
+        self._gauges()
+        return passage
+
+    async def through(self, passage: Passage, judge_one: JudgeOne) -> list[Outgoing]:
+        """The records to publish for the passage's input record, once judged (or
+        taken from its entry) and its decision kept; its forward follows in order."""
+        entry = passage.entry
+        if passage.ticket is None:
+            return list(entry.outgoing) if entry is not None else []
+        if entry is not None:  # decided before a crash or a rebalance: as decided then
+            decision, outgoing = entry.decision, list(entry.outgoing)
+        else:
+            judgment, outgoing = await judge_one(passage.raw)
+            decision = decide(judgment, self.policy, held_sessions=self.held_sessions)
+            if self.order.holds(passage.ticket):  # not if its partition moved meanwhile
+                await self._keep(passage.raw, Entry("decided", decision, tuple(outgoing)),
+                                 confirm=True)
+        if not self.order.holds(passage.ticket):
+            return outgoing  # its partition's next owner reads it again; its acks count no more
+        passage.decided_at = time.monotonic()
+        s = passage.raw.source
+        await self._release(self.order.decide(s.partition, s.offset, decision))
+        return outgoing
+
+    async def settled(self, raw: RawMessage) -> None:
+        """Return once ``raw`` is forwarded, or parked durably (or its partition is gone)."""
+        passage = self._passages.get((raw.source.partition, raw.source.offset))
+        if passage is not None:
+            await asyncio.shield(passage.settled)
+
+    # -- forwarding in order ---------------------------------------------------------------
+
+    async def _release(self, releases: list[Release]) -> None:
+        """Place each released ticket, one lane's after the other's (called right
+        after the order released them: each joins its lane's chain at once)."""
+        await asyncio.gather(*(self._in_lane(release) for release in releases))
+
+    def _in_lane(self, release: Release) -> asyncio.Future[None]:
+        """``release`` placed once the lane's previous placement is done."""
+        lane = self.order.lane(release.ticket)
+        previous = self._lane_tail.get(lane)
+
+        async def place() -> None:
+            if previous is not None:
+                await asyncio.wait([previous])  # its failure is its own
+            await self._place(release)
+
+        task = asyncio.ensure_future(place())
+        self._lane_tail[lane] = task
+        task.add_done_callback(lambda done: self._lane_tail.pop(lane, None)
+                               if self._lane_tail.get(lane) is done else None)
+        return task
+
+    async def _place(self, release: Release) -> None:
+        ticket = release.ticket
+        if release.action == "forward":
+            await self._forward(ticket)
+        elif release.action == "park":
+            await self._park(ticket)
+        else:  # the DLQ was its place: published with its results
+            self._count(ticket.decision, "dlq")
+            await self._keep(ticket.data, self._entry_of(ticket, "forwarded"))
+        self._settle(ticket)
+
+    async def _forward(self, ticket: Ticket, *, released_by: str | None = None) -> None:
+        decision = ticket.decision
+        assert decision is not None
+        out = forwarded(ticket.data, decision, approved_topic=self.gate.approved_topic,
+                        held_topic=self.gate.held_topic, released_by=released_by)
+        metadata = await self._send(out)
+        held = out.topic == self.gate.held_topic
+        blocking = held and self.gate.gate_hold_blocks_key
+        entry = self._entry_of(ticket, "blocking" if blocking else "forwarded",
+                               held_at=(metadata.partition, metadata.offset) if held else None)
+        # Confirmed before the record may be acked: a record read again after a crash
+        # is then known as forwarded, not forwarded twice.
+        await self._keep(ticket.data, entry, confirm=True)
+        self._count(decision, "held" if held else "approved", released=released_by is not None)
+        passage = self._passages.get((ticket.partition, ticket.offset))
+        if passage is not None and passage.decided_at:
+            self.telemetry.gate_order_wait.observe(time.monotonic() - passage.decided_at)
+
+    async def _send(self, out: Outgoing) -> Any:
+        """Send ``out`` and return the broker's metadata; retried while it fails."""
+        delay = 0.5
+        while True:
+            try:
+                fut = await self.topics[out.topic].send(
+                    key=out.key, value=out.value, partition=out.partition,
+                    headers=list(out.headers) or None,
+                    timestamp=out.timestamp_ms / 1000 if out.timestamp_ms else None)
+                return await fut
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # broker trouble: retrying beats losing the record
+                log.error("forwarding to %s failed (%s); retrying in %.1fs", out.topic, exc,
+                          delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    async def _park(self, ticket: Ticket) -> None:
+        await self._keep(ticket.data, self._entry_of(ticket, "parked", record=True), confirm=True)
+        self._gauges()
+
+    def _settle(self, ticket: Ticket) -> None:
+        passage = self._passages.pop((ticket.partition, ticket.offset), None)
+        if passage is not None and not passage.settled.done():
+            passage.settled.set_result(None)
+        self._gauges()
+        asyncio.ensure_future(self._notify_room())
+
+    async def _notify_room(self) -> None:
+        async with self._room:
+            self._room.notify_all()
+
+    # -- the table -------------------------------------------------------------------------
+
+    def entry(self, partition: int, offset: int) -> Entry | None:
+        value = self.table.data.get(entry_key(partition, offset))
+        return Entry.from_dict(value) if isinstance(value, dict) else None
+
+    def _entry_of(self, ticket: Ticket, state: Any, *, record: bool = False,
+                  held_at: tuple[int, int] | None = None) -> Entry:
+        known = self.entry(ticket.partition, ticket.offset)
+        decision = ticket.decision
+        assert decision is not None
+        return Entry(state, decision, known.outgoing if known else (),
+                     record=ticket.data if record else None, held_at=held_at)
+
+    async def _keep(self, raw: RawMessage, entry: Entry, *, confirm: bool = False) -> None:
+        """Write ``entry`` to the table; with ``confirm``, return once the broker has
+        it (this write: records decide concurrently)."""
+        s = raw.source
+        key, value = entry_key(s.partition, s.offset), entry.to_dict()
+        self.table.data[key] = value
+        sent = asyncio.ensure_future(self._write(s.partition, key, value))
+        if confirm:
+            await sent
+
+    async def _write(self, partition: int, key: str, value: Any) -> None:
+        """One changelog write, sent at once (not through Faust's buffer, where table
+        writes queue behind the windows': the window between a forward and its
+        entry, which a crash turns into a second copy, stays a few milliseconds)
+        and again while it fails, with the key's newest value."""
+        delay = 0.5
+        while True:
+            try:
+                fut = await self.table.changelog_topic.send(
+                    key=key, value=value, partition=partition,
+                    key_serializer=self.table.key_serializer,
+                    value_serializer="raw" if value is None else self.table.value_serializer)
+                await fut
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # broker trouble: the entry must land
+                log.error("gate table write failed (%s); writing again in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                value = self.table.data.get(key)  # a later write may have superseded it
+
+    def prune(self) -> int:
+        """Delete the entries done with below each partition's committed offset."""
+        committed = getattr(self.app.consumer, "_committed_offset", {})  # no public accessor
+        gone = 0
+        for key, value in list(self.table.data.items()):
+            partition, offset = parse_entry_key(key)
+            done = committed.get(TP(self.input_topic, partition))
+            if (partition in self._partitions and done is not None and offset < done
+                    and isinstance(value, dict) and value.get("state") in _DONE):
+                del self.table.data[key]
+                asyncio.ensure_future(self._write(partition, key, None))
+                gone += 1
+        return gone
+
+    # -- rebalances ------------------------------------------------------------------------
+
+    def rebuild(self) -> None:
+        """After the table's recovery: forget the partitions this worker lost (their
+        records are read again by the next owner), and restore the blocked keys and
+        parked records of the ones it gained."""
+        assigned = {tp.partition for tp in self.app.consumer.assignment()
+                    if tp.topic == self.input_topic}
+        for partition in self._partitions - assigned:
+            self.order.drop_partition(partition)
+            for (p, o), passage in list(self._passages.items()):
+                if p == partition:
+                    self._passages.pop((p, o))
+                    if not passage.settled.done():
+                        passage.settled.set_result(None)  # its acks no longer count
+        gained = assigned - self._partitions
+        blocked, parked = [], []
+        for key, value in self.table.data.items():
+            partition, offset = parse_entry_key(key)
+            if partition not in gained or not isinstance(value, dict):
+                continue
+            entry = Entry.from_dict(value)
+            if entry.state == "blocking" and entry.record is not None:
+                blocked.append((partition, entry.record.source.key))
+            elif entry.state == "parked" and entry.record is not None:
+                parked.append(Ticket(partition, offset, entry.record.source.key,
+                                     entry.decision, data=entry.record))
+        self.order.restore(blocked, parked)
+        self._partitions = assigned
+        self._gauges()
+        if blocked or parked:
+            log.info("gate: %d keys blocked by a held record, %d records parked behind them",
+                     len(blocked), len(parked))
+
+    # -- telemetry -------------------------------------------------------------------------
+
+    def _count(self, decision: Decision | None, to: str, *, released: bool = False) -> None:
+        reason = "released" if released else (decision.reason if decision else None) or "-"
+        self.telemetry.gate_records.labels(to=to, reason=reason).inc()
+        if decision is not None and decision.unjudged:
+            self.telemetry.gate_unjudged.inc()
+            self.unjudged_since_report += 1
+
+    def _gauges(self) -> None:
+        self.telemetry.gate_waiting.set(self.waiting)
+        self.telemetry.gate_parked.set(self.order.parked)
+
+    def report_unjudged(self) -> None:
+        """The once-a-minute line about records approved unjudged."""
+        if self.unjudged_since_report:
+            log.warning("gate: %d records approved unjudged in the last %.0fs "
+                        "(gate_on_error: pass)", self.unjudged_since_report,
+                        UNJUDGED_REPORT_SECONDS)
+            self.unjudged_since_report = 0
+
+
+def register(runtime: WorkerRuntime) -> GateForwarder:
+    """The gate table, its recovery and pruning, and the forwarder (gate mode only)."""
+    from .judging import RAW_TOPIC
+
+    app, s = runtime.app, runtime.settings
+    table = app.tables.add(faust.Table(app, name=GATE_TABLE, default=dict,
+                                          beacon=app.tables.beacon,
+                                          partitions=s.kafka.topic_partitions,
+                                          extra_topic_configs={"cleanup.policy": "compact"}))
+    topics = {name: app.topic(name, **RAW_TOPIC)
+              for name in (s.gate.approved_topic, s.gate.held_topic)}
+    gate = GateForwarder(runtime, table, topics)
+
+    async def rebuild() -> None:
+        gate.rebuild()
+
+    table.on_recover(rebuild)
+
+    @app.timer(PRUNE_SECONDS)
+    async def prune_gate_table() -> None:
+        gate.prune()
+
+    @app.timer(UNJUDGED_REPORT_SECONDS)
+    async def report_unjudged() -> None:
+        gate.report_unjudged()
+
+    runtime.state["gate"] = gate
+    return gate
