@@ -6,6 +6,8 @@ reviewer, labels written to the compacted labels topic.
     curl -u ana:secret '127.0.0.1:6066/review?format=json'   # the item ana now holds
     curl -u ana:secret -H 'Content-Type: application/json' 127.0.0.1:6066/review \\
          -d '{"case_id": "c-1", "labels": [{"metric": "toxicity", "choice": "agree"}]}'
+    curl -u ana:secret -H 'Content-Type: application/json' 127.0.0.1:6066/review \
+         -d '{"case_id": "c-2", "gate": "release"}'      # gate mode: a held record
 
 Routes: ``GET /review`` (the held item; ``?format=json`` for scripts),
 ``POST /review`` (labels: the page's form with its CSRF token, or JSON with
@@ -38,7 +40,7 @@ from ..review.auth import Users
 from ..review.page import (SECURITY_HEADERS, Viewer, render_empty, render_item, render_login,
                            render_message)
 from ..review.queue import Conflict, ReviewQueue
-from ..review.records import LabelRecord
+from ..review.records import GateAnswer, LabelRecord
 from ..review.submit import Answer, Invalid, parse_form, parse_json
 
 if TYPE_CHECKING:
@@ -85,7 +87,7 @@ class ReviewService:
         behind = [f.topic for f in self.followers if not f.caught_up]
         return f"still reading {', '.join(behind)}" if behind else None
 
-    async def send(self, labels: list[LabelRecord]) -> None:
+    async def send(self, labels: list[LabelRecord | GateAnswer]) -> None:
         """Write the labels and wait until the broker acknowledged every one."""
         futures = [await self._labels_topic.send(key=label.key(), value=label.encode())
                    for label in labels]
@@ -159,7 +161,8 @@ async def _show(service: ReviewService, request: web.Request) -> web.StreamRespo
             "reviewer": who.name, "left": remaining.left,
             "held_by_others": remaining.held_by_others,
             "item": offer.item.model_dump(mode="json") if offer else None,
-            "open_metrics": [m.name for m in offer.metrics] if offer else []},
+            "open_metrics": [m.name for m in offer.metrics] if offer else [],
+            "gate_open": offer.gate_open if offer else False},
             headers={"Cache-Control": "no-store"})
     flash = _flash(request.query)
     if offer is None:
@@ -200,7 +203,8 @@ async def _label(service: ReviewService, request: web.Request) -> web.StreamResp
     except Conflict as exc:
         return _refusal(request, 409, str(exc), who, gate)
     try:
-        labels, skipped = answer.decide(offer.item, offer.metrics, reviewer=who.name)
+        labels, skipped = answer.decide(offer.item, offer.metrics, reviewer=who.name,
+                                        gate_open=offer.gate_open)
         await service.send(labels)
     except Invalid as exc:
         queue.abort_write(answer.case_id)
@@ -218,8 +222,10 @@ async def _label(service: ReviewService, request: web.Request) -> web.StreamResp
                         f"time ({type(exc).__name__}); try again", who, gate)
     queue.finish_write(who.name, answer.case_id, labels, skipped=bool(skipped))
     if as_json:
-        return web.json_response({"saved": [label.metric for label in labels],
-                                  "skipped": skipped})
+        gate = next((a.answer for a in labels if isinstance(a, GateAnswer)), None)
+        return web.json_response({"saved": [a.metric for a in labels
+                                            if isinstance(a, LabelRecord)],
+                                  "gate": gate, "skipped": skipped})
     return web.Response(status=303, headers={
         "Location": f"/review?saved={len(labels)}&skipped={len(skipped)}"})
 

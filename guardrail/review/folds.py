@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from .records import LabelRecord, ReviewItem, SchemaError
+from .records import GATE_LABEL, GateAnswer, LabelRecord, ReviewItem, SchemaError, decode_label
 
 __all__ = ["LabelsFold", "ReviewItemsFold"]
 
@@ -48,21 +48,31 @@ class _Fold:
 
 
 class LabelsFold(_Fold):
-    """The labels topic: one :class:`LabelRecord` per ``(case_id, metric)``."""
+    """The labels topic: one :class:`LabelRecord` per ``(case_id, metric)``, and the
+    gate answers (gate mode) by case id, apart (``on_change`` is for labels)."""
 
     def __init__(self, on_change: Callable[[str], None] | None = None) -> None:
         super().__init__(on_change)
         self.by_key: dict[str, LabelRecord] = {}
+        self.gate_answers: dict[str, GateAnswer] = {}
 
     def apply(self, key: bytes | None, value: bytes | None, *, where: str = "") -> None:
         if value is None:  # a tombstone: the label was withdrawn
-            if key is not None and self.by_key.pop(key.decode("utf-8", "replace"), None):
-                self._changed(key.decode("utf-8", "replace"))
+            name = key.decode("utf-8", "replace") if key is not None else ""
+            case_id, _, metric = name.rpartition("|")
+            if metric == GATE_LABEL:
+                self.gate_answers.pop(case_id, None)
+            elif self.by_key.pop(name, None):
+                self._changed(name)
             return
         try:
-            label = LabelRecord.decode(value)
+            label = decode_label(value)
         except SchemaError as exc:
             self._skip(where, str(exc))
+            return
+        if isinstance(label, GateAnswer):
+            self.gate_answers[label.case_id] = label
+            self.applied += 1
             return
         name = label.key().decode()
         self.by_key[name] = label

@@ -12,7 +12,8 @@ Every judged string is HTML-escaped piece by piece, with the evidence marked
 in place and control characters made visible (:mod:`.marks`). An agent run's
 item (one with a ``trajectory``) shows the run as its steps (:mod:`.run_view`), a
 session judgment's (one with a ``session``) the conversation as its turns, the
-flagged ones marked (:mod:`.session_view`).
+flagged ones marked (:mod:`.session_view`). An item the gate held (gate mode)
+first asks release or keep, with why it was held.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from html import escape
 
 from .marks import MAX_MARKS, highlight, show as _show
 from .queue import Offer, Remaining
-from .records import ReviewItem, ReviewMetric
+from .records import GateHold, ReviewItem, ReviewMetric
 from .run_view import render_run
 from .session_view import render_session
 from .style import CSS
@@ -46,6 +47,13 @@ KEYS = ("1234", "5678", "qwer", "asdf")
 SAVE_KEY, SKIP_ITEM_KEY = "0", "9"
 CHOICE_TEXT = {"agree": "Agree", "disagree_safe": "Disagree: it is safe",
                "disagree_unsafe": "Disagree: it is unsafe", "skip": "Skip"}
+GATE_KEYS = {"release": "g", "keep": "h", "skip": "j"}
+GATE_TEXT = {"release": "Release: forward it to the approved topic",
+             "keep": "Keep it held", "skip": "Skip"}
+HOLD_TEXT = {"unsafe": "the judge said UNSAFE", "unsure": "P(UNSAFE) was close to the "
+             "threshold", "judge_error": "the judge could not judge it",
+             "invalid": "part of it could not be read", "budget": "the judge budget left it "
+             "unjudged", "session_unsafe": "its conversation was judged UNSAFE"}
 SLICE_TEXT = {"error": "the judge failed on it", "unsafe": "the judge said UNSAFE",
               "band": "P(UNSAFE) was close to the threshold",
               "safe": "a random sample of SAFE verdicts"}
@@ -191,17 +199,50 @@ def _metric_form(index: int, metric: ReviewMetric, found: set[str]) -> str:
             f'autocomplete="off"></label></fieldset>')
 
 
+def _held_by(gate: GateHold) -> str:
+    rows = []
+    for entry in gate.held_by[:20]:
+        what = entry.get("metric") or ("unreadable" if "invalid" in entry else "unjudged")
+        said = entry.get("verdict") or entry.get("error") or entry.get("invalid") \
+            or entry.get("unjudged") or entry.get("session_id") or ""
+        rows.append(f"<li>{escape(str(entry.get('case_id', '')))} · {escape(str(what))}: "
+                    f"{escape(str(said))}</li>")
+    return f'<ul class="held-by">{"".join(rows)}</ul>' if rows else ""
+
+
+def _gate_form(gate: GateHold) -> str:
+    """Release or keep: the question on a held record (or a held session)."""
+    what = ("this conversation's later turns are held" if gate.kind == "session"
+            else f"held from {escape(gate.source or '')}")
+    blocks = ("<br><b>Later records of its key wait for your answer.</b>"
+              if gate.blocks_key else "")
+    choices = "".join(
+        f'<label><input type="radio" name="gate" value="{choice}" accesskey="{key}"'
+        f'{" required" if choice == "skip" else ""}> {GATE_TEXT[choice]}'
+        f'<kbd>Alt+{key.upper()}</kbd></label>' for choice, key in GATE_KEYS.items())
+    reason = HOLD_TEXT.get(gate.reason, gate.reason)
+    return (f'<fieldset class="metric gate" data-gate="{escape(gate.reason)}">'
+            f'<legend>Held by the gate</legend><p class="verdict">{what}: '
+            f'<b class="UNSAFE">{escape(gate.reason)}</b><br><span class="sub">because '
+            f'{escape(reason)}</span>{blocks}</p>{_held_by(gate)}'
+            f'<div class="choices" role="radiogroup">{choices}</div>'
+            '<label class="note">Note <input type="text" name="gate_note" maxlength="2000" '
+            'autocomplete="off"></label></fieldset>')
+
+
 def render_item(offer: Offer, viewer: Viewer, remaining: Remaining, *,
                 flash: str | None = None, error: str | None = None) -> str:
     """The page for the item ``viewer`` holds."""
     item = offer.item
     fields, found = _fields(item, offer.metrics)
     metrics = "".join(_metric_form(i, m, found) for i, m in enumerate(offer.metrics))
+    if offer.gate_open and item.gate is not None:
+        metrics = _gate_form(item.gate) + metrics
     form = (f'<form method="post" action="/review" class="labels">'
             f'<input type="hidden" name="csrf" value="{escape(viewer.csrf)}">'
             f'<input type="hidden" name="case_id" value="{escape(item.case_id)}">{metrics}'
             f'<div class="actions"><button class="primary" type="submit" name="action" '
-            f'value="save" accesskey="{SAVE_KEY}">Save labels<kbd>Alt+{SAVE_KEY}</kbd></button>'
+            f'value="save" accesskey="{SAVE_KEY}">Save<kbd>Alt+{SAVE_KEY}</kbd></button>'
             f'<button type="submit" name="action" value="skip" formnovalidate '
             f'accesskey="{SKIP_ITEM_KEY}">Skip item<kbd>Alt+{SKIP_ITEM_KEY}</kbd></button>'
             '</div></form>')
@@ -210,7 +251,8 @@ def render_item(offer: Offer, viewer: Viewer, remaining: Remaining, *,
             f'<section class="side">{form}</section></main>'
             '<footer>Held for you until you save or skip it, or for a while after you '
             'leave it. Keys: Alt+1…4 the first metric, Alt+5…8 the second, Alt+Q/W/E/R and '
-            'Alt+A/S/D/F the next (Firefox: Alt+Shift+key; Safari: Ctrl+Option+key); Tab '
+            'Alt+A/S/D/F the next, Alt+G/H/J release, keep or skip a held record '
+            '(Firefox: Alt+Shift+key; Safari: Ctrl+Option+key); Tab '
             'and arrows; Enter in a note saves. '
             'No script runs on this page.</footer>')
     return _document(f"review · {remaining.left:,} left", body)

@@ -2,10 +2,11 @@
 
 Pure logic over the two folds (no Kafka here): the review topic's items and
 the labels topic's labels. An item is *open* while some metric of it has no
-label. A reviewer gets the first open item, oldest first, that nobody else
-holds and that they did not skip, and holds it (a *lease*) until they label
-it, skip it, sign out, or ``lease_seconds`` pass without them loading it
-again; on reload they get the same item back, its lease renewed::
+label, or (gate mode) the gate's hold on it has no answer. A reviewer gets
+the first open item, oldest first, that nobody else holds and that they did
+not skip, and holds it (a *lease*) until they label it, skip it, sign out,
+or ``lease_seconds`` pass without them loading it again; on reload they get
+the same item back, its lease renewed::
 
     queue = ReviewQueue(lease_seconds=600)
     follow(review_topic, queue.items); follow(labels_topic, queue.labels)
@@ -32,7 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .folds import ReviewItemsFold
-from .records import LabelRecord, ReviewItem, ReviewMetric, SchemaError
+from .records import (GATE_LABEL, GateAnswer, LabelRecord, ReviewItem, ReviewMetric, SchemaError,
+                      decode_label)
 
 __all__ = ["ReviewQueue", "Offer", "Lease", "Remaining", "Conflict", "LabelKeys"]
 
@@ -53,11 +55,13 @@ class Lease:
 
 @dataclass(frozen=True)
 class Offer:
-    """An item as shown to its holder: only its metrics still without a label."""
+    """An item as shown to its holder: only its metrics still without a label, and
+    (``gate_open``) whether the gate's hold on it still waits for an answer."""
 
     item: ReviewItem
     metrics: tuple[ReviewMetric, ...]
     lease: Lease
+    gate_open: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,8 @@ class Remaining:
 
 class LabelKeys:
     """The labels topic as the queue needs it: which ``<case_id>|<metric>`` keys
-    hold a label (a :class:`~guardrail.kafka.changelog.RecordSink`; records of
+    hold a label or (``<case_id>|@gate``) a gate answer (a
+    :class:`~guardrail.kafka.changelog.RecordSink`; records of
     another kind or schema version are skipped and counted, as the folds do)."""
 
     def __init__(self, on_change: Callable[[str], None]) -> None:
@@ -87,7 +92,7 @@ class LabelKeys:
                 self.on_change(name)
             return
         try:
-            name = LabelRecord.decode(value).key().decode()
+            name = decode_label(value).key().decode()
         except SchemaError:
             self.skipped += 1
             return
@@ -123,12 +128,21 @@ class ReviewQueue:
             return ()
         return tuple(m for m in item.metrics if not self.labels.labelled(case_id, m.name))
 
+    def gate_open(self, case_id: str) -> bool:
+        """Does the gate's hold on the item still wait for a reviewer's answer?"""
+        item = self.items.by_case.get(case_id)
+        return (item is not None and item.gate is not None
+                and not self.labels.labelled(case_id, GATE_LABEL))
+
+    def _is_open(self, case_id: str) -> bool:
+        return bool(self.open_metrics(case_id)) or self.gate_open(case_id)
+
     def _label_changed(self, key: str) -> None:
         # Keys are "<case_id>|<metric>"; a case id may hold "|", a metric name not.
         self._refresh(key.rpartition("|")[0])
 
     def _refresh(self, case_id: str) -> None:
-        if self.open_metrics(case_id):
+        if self._is_open(case_id):
             self._open.setdefault(case_id, None)
             return
         self._open.pop(case_id, None)
@@ -188,13 +202,16 @@ class ReviewQueue:
         held = self._held.get(reviewer)
         candidates = ([held] if held is not None else []) + list(self._open)
         for case_id in candidates:
-            metrics = self.open_metrics(case_id)
-            if not metrics:
+            if not self._is_open(case_id):
                 self._refresh(case_id)  # deleted by a tombstone, or labelled meanwhile
                 continue
             if self._offerable(reviewer, case_id):
-                return Offer(self.items.by_case[case_id], metrics, self._lease(reviewer, case_id))
+                return self._offer(reviewer, case_id)
         return None
+
+    def _offer(self, reviewer: str, case_id: str) -> Offer:
+        return Offer(self.items.by_case[case_id], self.open_metrics(case_id),
+                     self._lease(reviewer, case_id), gate_open=self.gate_open(case_id))
 
     def remaining(self, reviewer: str) -> Remaining:
         """How many items are left for ``reviewer``, and how many others hold."""
@@ -223,16 +240,16 @@ class ReviewQueue:
         if lease is not None and lease.reviewer != reviewer:
             raise Conflict("your hold on this item expired and another reviewer has it now; "
                            "nothing was saved")
-        metrics = self.open_metrics(case_id)
-        if not metrics:  # kept items are open; this guards the invariant, not a case
+        if not self._is_open(case_id):  # kept items are open; this guards the invariant
             raise Conflict("this item is labelled already; nothing was saved")
         self._writing.add(case_id)
-        return Offer(self.items.by_case[case_id], metrics, self._lease(reviewer, case_id))
+        return self._offer(reviewer, case_id)
 
-    def finish_write(self, reviewer: str, case_id: str, labels: Sequence[LabelRecord], *,
-                     skipped: bool) -> None:
-        """The broker acknowledged ``labels``: apply them at once; ``skipped``: the
-        reviewer left some metric unlabelled and is not offered the item again."""
+    def finish_write(self, reviewer: str, case_id: str,
+                     labels: Sequence[LabelRecord | GateAnswer], *, skipped: bool) -> None:
+        """The broker acknowledged ``labels`` (and gate answer): apply them at once;
+        ``skipped``: the reviewer left something unanswered and is not offered the
+        item again."""
         self._writing.discard(case_id)
         for label in labels:
             self.labels.apply(label.key(), label.encode(), where="labelled here")

@@ -12,6 +12,14 @@ the latest wins) is one reviewer's verdict on one metric of one item::
     producer.send(labels_topic, key=label.key(), value=label.encode())
     label.calibrate_row()    # {"output": ..., "label": "safe", "metric": "toxicity", ...}
 
+In gate mode (:mod:`guardrail.gate`) a record held back carries ``gate`` (a
+:class:`GateHold`: why, and where the held record came from), and the reviewer's
+answer on it, release or keep, is a :class:`GateAnswer` on the labels topic, key
+``<case_id>|@gate`` (no metric name starts with ``@``)::
+
+    answer = GateAnswer.from_item(item, "release", reviewer="ana")
+    producer.send(labels_topic, key=answer.key(), value=answer.encode())
+
 Every record carries ``schema_version``; a reader skips (and counts) versions
 and kinds it does not know instead of failing, so workers of two releases can
 share the topics during a rolling upgrade.
@@ -29,7 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..judging.models import MetricRubric
 
 __all__ = ["SCHEMA_VERSION", "Slice", "Choice", "ReviewMetric", "ReviewItem", "LabelRecord",
-           "SchemaError", "rubric_version", "label_key", "CHOICES"]
+           "SchemaError", "rubric_version", "label_key", "CHOICES", "GateHold", "GateAnswer",
+           "GATE_ANSWERS", "GATE_LABEL", "gate_key", "decode_label"]
 
 SCHEMA_VERSION = 1
 
@@ -39,6 +48,12 @@ Slice = Literal["error", "unsafe", "band", "safe"]
 #: What a reviewer says of the judge's verdict on one metric.
 Choice = Literal["agree", "disagree_safe", "disagree_unsafe"]
 CHOICES: tuple[str, ...] = ("agree", "disagree_safe", "disagree_unsafe")
+#: What a reviewer says of a record the gate held: forward it to the approved
+#: topic, or keep it held (which also lets the records waiting behind it go).
+GateAnswerKind = Literal["release", "keep"]
+GATE_ANSWERS: tuple[str, ...] = ("release", "keep")
+#: The labels topic key's last part for a gate answer (never a metric's name).
+GATE_LABEL = "@gate"
 
 _FROZEN = ConfigDict(frozen=True, extra="ignore")
 
@@ -55,6 +70,11 @@ def rubric_version(rubric: MetricRubric) -> str:
 
 def label_key(case_id: str, metric: str) -> bytes:
     return f"{case_id}|{metric}".encode()
+
+
+def gate_key(case_id: str) -> bytes:
+    """The labels topic key of the gate answer on ``case_id``'s item."""
+    return label_key(case_id, GATE_LABEL)
 
 
 def _now_iso() -> str:
@@ -91,6 +111,28 @@ class ReviewMetric(BaseModel):
     rate: float = Field(gt=0, le=1, description=(
         "The probability it was chosen at; agreement estimates weigh each review by "
         "1 / rate."))
+
+
+class GateHold(BaseModel):
+    """Why the gate held a record back, on its review item (gate mode)."""
+
+    model_config = _FROZEN
+
+    kind: Literal["record", "session"] = Field(default="record", description=(
+        "``record``: an input record on the held topic, which a release forwards to the "
+        "approved topic; ``session``: a session judged UNSAFE whose later turns are held "
+        "(``gate_session_hold``), which a release lets through again."))
+    reason: str = Field(description=(
+        "The hold reason: unsafe, unsure, judge_error, invalid, budget or session_unsafe."))
+    source: str | None = Field(default=None, description=(
+        "``topic/partition/offset`` of the held input record (its ``guardrail.source``); "
+        "null for a session."))
+    session_id: str | None = Field(default=None, description=(
+        "The held session's id (kind ``session``), else null."))
+    blocks_key: bool = Field(default=False, description=(
+        "Later records of its key wait until it is answered (``gate_hold_blocks_key``)."))
+    held_by: tuple[dict[str, Any], ...] = Field(default=(), description=(
+        "The metrics (verdict, P(UNSAFE), error, evidence) and cases that held it."))
 
 
 class _Record(BaseModel):
@@ -147,6 +189,9 @@ class ReviewItem(_Record):
     event_time_ms: int = Field(description="The result's event time, epoch ms.")
     judged_at: str = Field(default_factory=_now_iso, description=(
         "When the item was built, UTC ISO-8601 with milliseconds."))
+    gate: GateHold | None = Field(default=None, description=(
+        "In gate mode, why the gate held the record (or the session) back: the item "
+        "then also asks release or keep; null otherwise."))
 
     def key(self) -> bytes:
         return self.case_id.encode()
@@ -221,3 +266,44 @@ class LabelRecord(_Record):
                     "judge_probability_unsafe": self.probability_unsafe,
                     "judge_model": self.judge_model, "rubric_version": self.rubric_version})
         return row
+
+
+class GateAnswer(_Record):
+    """A reviewer's answer on a record the gate held (labels topic, key
+    ``<case_id>|@gate``): ``release`` forwards it to the approved topic once (or,
+    for a session, lets its later turns through), ``keep`` confirms the hold."""
+
+    kind: Literal["gate_answer"] = Field(default="gate_answer", description="The record kind.")
+    case_id: str = Field(description="The reviewed item's case id.")
+    answer: GateAnswerKind = Field(description="``release`` or ``keep``.")
+    gate: GateHold = Field(description="The hold answered, as on the item.")
+    reviewer: str = Field(description="The signed-in reviewer's name.")
+    answered_at: str = Field(default_factory=_now_iso, description=(
+        "When, UTC ISO-8601 with milliseconds."))
+    note: str | None = Field(default=None, description="The reviewer's note, else null.")
+
+    def key(self) -> bytes:
+        return gate_key(self.case_id)
+
+    @classmethod
+    def from_item(cls, item: ReviewItem, answer: GateAnswerKind, *, reviewer: str,
+                  note: str | None = None) -> GateAnswer:
+        """The answer on ``item``'s hold; ValueError for an item the gate did not hold."""
+        if item.gate is None:
+            raise ValueError("the gate did not hold this item: nothing to release or keep")
+        return cls(case_id=item.case_id, answer=answer, gate=item.gate, reviewer=reviewer,
+                   note=note or None)
+
+
+def decode_label(raw: bytes | None) -> LabelRecord | GateAnswer:
+    """A labels topic value: a label or a gate answer; :class:`SchemaError` otherwise
+    (the label's reason, unless the value is a gate answer of another version)."""
+    try:
+        return LabelRecord.decode(raw)
+    except SchemaError as label_error:
+        try:
+            return GateAnswer.decode(raw)
+        except SchemaError as gate_error:
+            if str(gate_error).startswith("not a "):
+                raise label_error from None
+            raise

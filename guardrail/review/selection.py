@@ -26,7 +26,7 @@ from ..judging.verdicts import DEFAULT_THRESHOLD
 from .records import ReviewItem, ReviewMetric, Slice, rubric_version
 from .settings import ReviewSettings
 
-__all__ = ["review_item", "review_choice"]
+__all__ = ["review_item", "review_choice", "review_fields"]
 
 _TEXT_FIELDS = ("output", "input", "context", "reference", "conversation", "trajectory",
                 "session")
@@ -69,12 +69,16 @@ def review_item(case: Case, metrics: RedteamMetrics, rubrics: Sequence[MetricRub
             chosen.append(_metric(rubric, result, threshold, *choice))
     if not chosen:
         return None
-    fields = {name: text for name in _TEXT_FIELDS if (text := case.field_text(name))}
-    return ReviewItem(case_id=case_id, fields=fields, metrics=tuple(chosen),
+    return ReviewItem(case_id=case_id, fields=review_fields(case), metrics=tuple(chosen),
                       labels=dict(labels or {}), trace=dict(trace) if trace else None,
                       run=dict(run) if run else None,
                       session=dict(session) if session else None,
                       judge_model=judge_model, event_time_ms=event_time_ms)
+
+
+def review_fields(case: Case) -> dict[str, str]:
+    """The judged text a review item shows, by field name."""
+    return {name: text for name in _TEXT_FIELDS if (text := case.field_text(name))}
 
 
 def _metric(rubric: MetricRubric, result: MetricResult, threshold: float, slice_: Slice,
