@@ -187,3 +187,12 @@ def thread_judge():
     """The stand-in judge served from a thread, reachable by worker subprocesses."""
     with JudgeServer() as server:
         yield server
+
+
+@pytest.fixture
+def slow_judge(thread_judge):
+    """The thread judge, reset; a test may give it a latency, which is undone after."""
+    thread_judge.reset()
+    yield thread_judge
+    thread_judge.latency = thread_judge.latency_max = 0.0
+    thread_judge.reset()

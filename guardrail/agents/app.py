@@ -98,7 +98,7 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
     """Create the Faust app with its agents, tables and pages, closed on stop."""
     # Settings that cannot work refuse before anything connects (exit 2).
     check_budget_prices(settings.sampling, settings.judge)
-    check_gate(settings.gate, settings.sampling)
+    check_gate(settings.gate, settings.sampling, settings.review)
     app = GuardrailFaustApp(settings.kafka.app_id,
                             fetch_wait_ms=settings.worker.consumer_fetch_wait_ms,
                             **faust_options(settings))

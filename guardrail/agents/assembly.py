@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -255,8 +255,10 @@ Judge = Callable[[list[RawMessage]], Awaitable[list[Outgoing]]]
 
 
 def register_assembly(runtime: WorkerRuntime, gathering: Gathering[Any], *, topic_name: str,
-                      table_name: str, agent_name: str, judge: MessageJudge) -> Assembler:
-    """Add a kind's table, its assembling agent and its sweep to the app."""
+                      table_name: str, agent_name: str, judge: MessageJudge,
+                      extra_topics: Iterable[str] = ()) -> Assembler:
+    """Add a kind's table, its assembling agent and its sweep to the app
+    (``extra_topics``: more that the judge publishes to)."""
     app, s = runtime.app, runtime.settings
     source = app.topic(topic_name, partitions=s.kafka.topic_partitions, **RAW_TOPIC)
     table = app.tables.add(ConfirmedTable(
@@ -264,7 +266,8 @@ def register_assembly(runtime: WorkerRuntime, gathering: Gathering[Any], *, topi
         partitions=s.kafka.topic_partitions, extra_topic_configs={"cleanup.policy": "compact"}))
     assembler = Assembler(gathering, table, topic_name)
     table.on_recover(_async(assembler.rebuild))
-    topics = {**output_topics(runtime, judge), topic_name: source}
+    topics = {**output_topics(runtime, judge), topic_name: source,
+              **{name: app.topic(name, **RAW_TOPIC) for name in extra_topics}}
     confirm = runtime.state.get("confirm_before_ack")
     done_headers = ((gathering.kind_header, b"done"),)
     floor_of = floors_of(app)

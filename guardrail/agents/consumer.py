@@ -174,6 +174,18 @@ class ProcessedOnlyConsumer(LostRecordChecks, faust_aiokafka.Consumer):
         self._base[tp] = run[-1] + 1
         return run[-1] + 1
 
+    async def _commit(self, offsets: Any) -> bool:
+        """Commit, except the offsets of topics committed elsewhere (the gate's
+        transactions, ``GuardrailFaustApp.offsets_committed_elsewhere``): a second
+        committer could move them back, and a record read again after its gate
+        entry is pruned would be forwarded again. Their acks still count here: the
+        offset known committed (what pruning reads) never passes the other's."""
+        elsewhere = getattr(self.app, "offsets_committed_elsewhere", ())
+        mine = {tp: offset for tp, offset in offsets.items() if tp.topic not in elsewhere}
+        if not mine:
+            return True
+        return bool(await super()._commit(mine))
+
     async def commit_and_end_transactions(self) -> None:
         """The stop's last commit, made even when another commit is under way.
 

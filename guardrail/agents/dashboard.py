@@ -14,7 +14,9 @@ function or a coroutine function::
     dashboard.register(runtime)                                  # this worker
     dashboard.register(runtime, rows=fleet_rows, rates_scope="all workers")
 
-With the review queue on, the page also shows the judge's agreement with its
+In gate mode the page shows where this worker placed its records (approved,
+held by reason, parked, waiting; :mod:`guardrail.stream.dashboard.gate`). With
+the review queue on, the page also shows the judge's agreement with its
 reviewers (the tracker of :mod:`.agreement`, ``runtime.state["agreement"]``);
 partitions this worker holds with lag and no progress show at the top
 (:mod:`.liveness`).
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..stream.dashboard import PageContext, build_dashboard, render_page, spend_of
 from ..stream.dashboard.agreement import build_agreement
+from ..stream.dashboard.gate import gate_of
 from .liveness import stalled_now
 from .web import current_rates
 
@@ -97,7 +100,8 @@ async def render(runtime: WorkerRuntime, *, rows: Source, alerts: Source,
     data = build_dashboard(rate_rows, recent, window_seconds=windows.window_seconds,
                            version_label=windows.version_label,
                            spend=spend_of(runtime.telemetry), rules=windows.alert_rules,
-                           problems=problems, agreement=panel, stalled=stalled_now(runtime))
+                           problems=problems, agreement=panel, stalled=stalled_now(runtime),
+                           gate=gate_of(runtime.telemetry, on=runtime.settings.gate.gate))
     return (503 if rates_failed else 200), render_page(data, context)
 
 

@@ -16,7 +16,11 @@ rebalance is decided from its entry: not judged again, never forwarded
 differently; a record forwarded already is not forwarded again (a crash between a
 forward and its entry's update forwards it twice: the copy carries the same
 ``guardrail.source``, which a consumer drops it by). Entries of committed offsets
-are deleted (tombstones) every :data:`PRUNE_SECONDS`.
+are deleted (tombstones) every :data:`PRUNE_SECONDS` (:mod:`.gate_table`).
+
+**Review.** With review on, a held record is also a review item that asks release
+or keep (:mod:`guardrail.gate.review`); the answers are carried out by the worker
+that owns the record's partition (:mod:`.gate_answers`).
 
 **Order.** :class:`~guardrail.gate.order.ReleaseOrder` decides when a decided
 record may leave (``gate_order``); forwards of one lane are sent one after the
@@ -43,13 +47,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import faust
-from faust.types import TP
 
 from ..gate.decision import Decision, GatePolicy, decide
 from ..gate.order import Release, ReleaseOrder, Ticket
 from ..gate.records import forwarded
-from ..gate.state import Entry, entry_key, parse_entry_key
+from ..gate.state import Entry, State
 from ..stream.processing import Outgoing, RawMessage, RecordJudgment
+from ..gate.sessions import SessionHolds
+from .gate_answers import AnswerFollower, ReviewAnswers
+from .gate_sessions import HoldsFollower
+from .gate_table import ANSWERABLE_STATES, GateTable
+from .gate_writer import writer_for
 
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime
@@ -63,8 +71,6 @@ GATE_TABLE = "gate"
 PRUNE_SECONDS = 5.0
 #: How often records approved unjudged (``gate_on_error: pass``) are reported.
 UNJUDGED_REPORT_SECONDS = 60.0
-#: The states whose entry is done with once its offset is committed.
-_DONE = frozenset({"decided", "forwarded"})
 
 JudgeOne = Callable[[RawMessage], Awaitable[tuple[RecordJudgment, list[Outgoing]]]]
 
@@ -81,30 +87,41 @@ class Passage:
     decided_at: float = 0.0
 
 
-class GateForwarder:
+class GateForwarder(ReviewAnswers):
     """The gate's state and forwards in one worker (see the module text)."""
 
-    def __init__(self, runtime: WorkerRuntime, table: Any, topics: dict[str, Any]) -> None:
+    def __init__(self, runtime: WorkerRuntime, table: Any, writer: Any) -> None:
         s = runtime.settings
-        self.gate, self.app, self.table, self.topics = s.gate, runtime.app, table, topics
+        self.gate, self.app, self.writer = s.gate, runtime.app, writer
+        self.kafka, self.review, self.dlq_topic = s.kafka, s.review, s.kafka.dlq_topic
+        self.review_on = s.review.review_users_file is not None
         self.input_topic = s.kafka.input_topic
+        self.book = GateTable(table, runtime.app, input_topic=self.input_topic, writer=writer)
         self.telemetry = runtime.telemetry
         self.policy = GatePolicy.from_settings(s.gate, s.review, s.evaluation)
+        self.thresholds = dict(s.evaluation.verdict_thresholds or {})
+        self.judge_model = runtime.message_judge.evaluator.judge.model
         self.order = ReleaseOrder(s.gate.gate_order, hold_blocks_key=s.gate.gate_hold_blocks_key)
-        #: Sessions judged UNSAFE whose later turns are held (``gate_session_hold``).
-        self.held_sessions: set[str] = set()
+        #: Sessions judged UNSAFE whose later turns are held (``gate_session_hold``),
+        #: and the follower of their topic: nothing is decided before it caught up.
+        self.held_sessions: Any = frozenset()
+        self.holds_follower: HoldsFollower | None = None
         self._room = asyncio.Condition()
         #: The last placement of each lane: the next one waits for it.
         self._lane_tail: dict[Hashable, asyncio.Future[None]] = {}
         self._passages: dict[tuple[int, int], Passage] = {}
         self._partitions: set[int] = set()
         self.unjudged_since_report = 0
+        ReviewAnswers.__init__(self)
 
     # -- through the gate ------------------------------------------------------------------
 
     @property
     def waiting(self) -> int:
         return self.order.waiting + self.order.parked
+
+    def entry(self, partition: int, offset: int) -> Entry | None:
+        return self.book.entry(partition, offset)
 
     async def admit(self, raw: RawMessage) -> Passage:
         """Wait for room, then let ``raw`` in; records of a partition are admitted
@@ -118,6 +135,7 @@ class GateForwarder:
             ticket = Ticket(s.partition, s.offset, s.key, data=raw)
             self.order.enter(ticket)
         passage = Passage(raw, entry, ticket)
+        self.writer.admitted(s.partition, s.offset)
         if ticket is None:  # forwarded or parked before: nothing to wait for
             passage.settled.set_result(None)
         else:
@@ -135,10 +153,18 @@ class GateForwarder:
             decision, outgoing = entry.decision, list(entry.outgoing)
         else:
             judgment, outgoing = await judge_one(passage.raw)
+            await self._sessions_read()
             decision = decide(judgment, self.policy, held_sessions=self.held_sessions)
+            outgoing = self._with_review_item(judgment, decision, outgoing)
+            # In a transaction, the DLQ records go with the record's place (once).
+            dlq = tuple(o for o in outgoing if o.topic == self.dlq_topic
+                        ) if self.writer.transactional else ()
+            outgoing = [o for o in outgoing if o not in dlq]
             if self.order.holds(passage.ticket):  # not if its partition moved meanwhile
-                await self._keep(passage.raw, Entry("decided", decision, tuple(outgoing)),
-                                 confirm=True)
+                s = passage.raw.source
+                await self.book.keep(s.partition, s.offset,
+                                     Entry("decided", decision, tuple(outgoing), dlq=dlq),
+                                     confirm=True)
         if not self.order.holds(passage.ticket):
             return outgoing  # its partition's next owner reads it again; its acks count no more
         passage.decided_at = time.monotonic()
@@ -152,24 +178,30 @@ class GateForwarder:
         if passage is not None:
             await asyncio.shield(passage.settled)
 
+    def done(self, raw: RawMessage) -> None:
+        """``raw`` is placed and its records published: its offset may be committed."""
+        self.writer.placed(raw.source.partition, raw.source.offset)
+
     # -- forwarding in order ---------------------------------------------------------------
 
     async def _release(self, releases: list[Release]) -> None:
         """Place each released ticket, one lane's after the other's (called right
         after the order released them: each joins its lane's chain at once)."""
-        await asyncio.gather(*(self._in_lane(release) for release in releases))
+        await asyncio.gather(*(self._in_lane(self.order.lane(r.ticket),
+                                             lambda r=r: self._place(r))  # type: ignore[misc]
+                               for r in releases))
 
-    def _in_lane(self, release: Release) -> asyncio.Future[None]:
-        """``release`` placed once the lane's previous placement is done."""
-        lane = self.order.lane(release.ticket)
+    def _in_lane(self, lane: Hashable, place: Callable[[], Awaitable[None]],
+                 ) -> asyncio.Future[None]:
+        """``place()`` run once the lane's previous placement is done."""
         previous = self._lane_tail.get(lane)
 
-        async def place() -> None:
+        async def after_previous() -> None:
             if previous is not None:
                 await asyncio.wait([previous])  # its failure is its own
-            await self._place(release)
+            await place()
 
-        task = asyncio.ensure_future(place())
+        task = asyncio.ensure_future(after_previous())
         self._lane_tail[lane] = task
         task.add_done_callback(lambda done: self._lane_tail.pop(lane, None)
                                if self._lane_tail.get(lane) is done else None)
@@ -181,55 +213,69 @@ class GateForwarder:
             await self._forward(ticket)
         elif release.action == "park":
             await self._park(ticket)
-        else:  # the DLQ was its place: published with its results
+        else:  # the DLQ was its place: published with its results, or here
             self._count(ticket.decision, "dlq")
-            await self._keep(ticket.data, self._entry_of(ticket, "forwarded"))
+            known = self.entry(ticket.partition, ticket.offset)
+            async with self.writer.together(ticket.partition):
+                for out in known.dlq if known is not None else ():
+                    await self.writer.send(ticket.partition, out)
+                await self.book.keep(ticket.partition, ticket.offset,
+                                     self._entry_of(ticket, "forwarded"), confirm=True)
         self._settle(ticket)
+
+    def _state_after(self, held: bool, released: bool, key: bytes | None) -> State:
+        if released or not held:
+            return "released" if released else "forwarded"
+        if self.gate.gate_hold_blocks_key and key is not None:
+            return "blocking"
+        return "held" if self.review_on else "forwarded"
 
     async def _forward(self, ticket: Ticket, *, released_by: str | None = None) -> None:
         decision = ticket.decision
         assert decision is not None
         out = forwarded(ticket.data, decision, approved_topic=self.gate.approved_topic,
                         held_topic=self.gate.held_topic, released_by=released_by)
-        metadata = await self._send(out)
         held = out.topic == self.gate.held_topic
-        blocking = held and self.gate.gate_hold_blocks_key
-        entry = self._entry_of(ticket, "blocking" if blocking else "forwarded",
-                               held_at=(metadata.partition, metadata.offset) if held else None)
-        # Confirmed before the record may be acked: a record read again after a crash
-        # is then known as forwarded, not forwarded twice.
-        await self._keep(ticket.data, entry, confirm=True)
+        state = self._state_after(held, released_by is not None, ticket.key)
+        async with self.writer.together(ticket.partition):  # one transaction, if any
+            metadata = await self.writer.send(ticket.partition, out)
+            entry = self._entry_of(ticket, state, by=released_by,
+                                   held_at=(metadata.partition, metadata.offset) if held
+                                   else None)
+            # Confirmed before the record may be acked: a record read again after a
+            # crash is then known as forwarded, not forwarded twice.
+            await self.book.keep(ticket.partition, ticket.offset, entry, confirm=True)
         self._count(decision, "held" if held else "approved", released=released_by is not None)
         passage = self._passages.get((ticket.partition, ticket.offset))
         if passage is not None and passage.decided_at:
             self.telemetry.gate_order_wait.observe(time.monotonic() - passage.decided_at)
-
-    async def _send(self, out: Outgoing) -> Any:
-        """Send ``out`` and return the broker's metadata; retried while it fails."""
-        delay = 0.5
-        while True:
-            try:
-                fut = await self.topics[out.topic].send(
-                    key=out.key, value=out.value, partition=out.partition,
-                    headers=list(out.headers) or None,
-                    timestamp=out.timestamp_ms / 1000 if out.timestamp_ms else None)
-                return await fut
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # broker trouble: retrying beats losing the record
-                log.error("forwarding to %s failed (%s); retrying in %.1fs", out.topic, exc,
-                          delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+        if state in ANSWERABLE_STATES:
+            self.answer_known(ticket.partition, ticket.offset)  # answered before it was held
 
     async def _park(self, ticket: Ticket) -> None:
-        await self._keep(ticket.data, self._entry_of(ticket, "parked", record=True), confirm=True)
+        await self.book.keep(ticket.partition, ticket.offset,
+                             self._entry_of(ticket, "parked", record=True), confirm=True)
         self._gauges()
 
+    def _entry_of(self, ticket: Ticket, state: State, *, record: bool = False,
+                  held_at: tuple[int, int] | None = None, by: str | None = None) -> Entry:
+        known = self.entry(ticket.partition, ticket.offset)
+        decision = ticket.decision
+        assert decision is not None
+        return Entry(state, decision, known.outgoing if known else (),
+                     record=ticket.data if record else None, held_at=held_at, by=by,
+                     key=ticket.key, dlq=known.dlq if known and state == "parked" else ())
+
     def _settle(self, ticket: Ticket) -> None:
+        """The ticket is placed: its passage settles once that is visible (at once,
+        or when the transaction it is written in commits)."""
         passage = self._passages.pop((ticket.partition, ticket.offset), None)
-        if passage is not None and not passage.settled.done():
-            passage.settled.set_result(None)
+        if passage is not None:
+            def settle(commit: asyncio.Future[None]) -> None:
+                if not passage.settled.done() and not (commit.cancelled() or commit.exception()):
+                    passage.settled.set_result(None)  # a failed commit acks nothing
+
+            self.writer.commit_of(ticket.partition).add_done_callback(settle)
         self._gauges()
         asyncio.ensure_future(self._notify_room())
 
@@ -237,72 +283,13 @@ class GateForwarder:
         async with self._room:
             self._room.notify_all()
 
-    # -- the table -------------------------------------------------------------------------
-
-    def entry(self, partition: int, offset: int) -> Entry | None:
-        value = self.table.data.get(entry_key(partition, offset))
-        return Entry.from_dict(value) if isinstance(value, dict) else None
-
-    def _entry_of(self, ticket: Ticket, state: Any, *, record: bool = False,
-                  held_at: tuple[int, int] | None = None) -> Entry:
-        known = self.entry(ticket.partition, ticket.offset)
-        decision = ticket.decision
-        assert decision is not None
-        return Entry(state, decision, known.outgoing if known else (),
-                     record=ticket.data if record else None, held_at=held_at)
-
-    async def _keep(self, raw: RawMessage, entry: Entry, *, confirm: bool = False) -> None:
-        """Write ``entry`` to the table; with ``confirm``, return once the broker has
-        it (this write: records decide concurrently)."""
-        s = raw.source
-        key, value = entry_key(s.partition, s.offset), entry.to_dict()
-        self.table.data[key] = value
-        sent = asyncio.ensure_future(self._write(s.partition, key, value))
-        if confirm:
-            await sent
-
-    async def _write(self, partition: int, key: str, value: Any) -> None:
-        """One changelog write, sent at once (not through Faust's buffer, where table
-        writes queue behind the windows': the window between a forward and its
-        entry, which a crash turns into a second copy, stays a few milliseconds)
-        and again while it fails, with the key's newest value."""
-        delay = 0.5
-        while True:
-            try:
-                fut = await self.table.changelog_topic.send(
-                    key=key, value=value, partition=partition,
-                    key_serializer=self.table.key_serializer,
-                    value_serializer="raw" if value is None else self.table.value_serializer)
-                await fut
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # broker trouble: the entry must land
-                log.error("gate table write failed (%s); writing again in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
-                value = self.table.data.get(key)  # a later write may have superseded it
-
-    def prune(self) -> int:
-        """Delete the entries done with below each partition's committed offset."""
-        committed = getattr(self.app.consumer, "_committed_offset", {})  # no public accessor
-        gone = 0
-        for key, value in list(self.table.data.items()):
-            partition, offset = parse_entry_key(key)
-            done = committed.get(TP(self.input_topic, partition))
-            if (partition in self._partitions and done is not None and offset < done
-                    and isinstance(value, dict) and value.get("state") in _DONE):
-                del self.table.data[key]
-                asyncio.ensure_future(self._write(partition, key, None))
-                gone += 1
-        return gone
-
     # -- rebalances ------------------------------------------------------------------------
 
     def rebuild(self) -> None:
         """After the table's recovery: forget the partitions this worker lost (their
         records are read again by the next owner), and restore the blocked keys and
-        parked records of the ones it gained."""
+        parked records of the ones it gained, and carry out the answers given on
+        their held records meanwhile."""
         assigned = {tp.partition for tp in self.app.consumer.assignment()
                     if tp.topic == self.input_topic}
         for partition in self._partitions - assigned:
@@ -313,23 +300,29 @@ class GateForwarder:
                     if not passage.settled.done():
                         passage.settled.set_result(None)  # its acks no longer count
         gained = assigned - self._partitions
-        blocked, parked = [], []
-        for key, value in self.table.data.items():
-            partition, offset = parse_entry_key(key)
-            if partition not in gained or not isinstance(value, dict):
-                continue
-            entry = Entry.from_dict(value)
-            if entry.state == "blocking" and entry.record is not None:
-                blocked.append((partition, entry.record.source.key))
+        blocked, parked, held = [], [], []
+        for partition, offset, entry in self.book.entries(gained):
+            if entry.state == "blocking":
+                blocked.append((partition, entry.key))
             elif entry.state == "parked" and entry.record is not None:
                 parked.append(Ticket(partition, offset, entry.record.source.key,
                                      entry.decision, data=entry.record))
+            if entry.state in ANSWERABLE_STATES:
+                held.append((partition, offset))
         self.order.restore(blocked, parked)
         self._partitions = assigned
+        for partition, offset in held:
+            self.answer_known(partition, offset)
         self._gauges()
         if blocked or parked:
             log.info("gate: %d keys blocked by a held record, %d records parked behind them",
                      len(blocked), len(parked))
+
+    def prune(self) -> int:
+        gone = self.book.prune(self._partitions)
+        self.telemetry.gate_held_open.set(sum(
+            1 for _, _, e in self.book.entries(self._partitions) if e.state in ANSWERABLE_STATES))
+        return gone
 
     # -- telemetry -------------------------------------------------------------------------
 
@@ -355,16 +348,20 @@ class GateForwarder:
 
 def register(runtime: WorkerRuntime) -> GateForwarder:
     """The gate table, its recovery and pruning, and the forwarder (gate mode only)."""
-    from .judging import RAW_TOPIC
-
     app, s = runtime.app, runtime.settings
     table = app.tables.add(faust.Table(app, name=GATE_TABLE, default=dict,
                                           beacon=app.tables.beacon,
                                           partitions=s.kafka.topic_partitions,
                                           extra_topic_configs={"cleanup.policy": "compact"}))
-    topics = {name: app.topic(name, **RAW_TOPIC)
-              for name in (s.gate.approved_topic, s.gate.held_topic)}
-    gate = GateForwarder(runtime, table, topics)
+    writer = writer_for(runtime, table)
+    gate = GateForwarder(runtime, table, writer)
+    input_topic = s.kafka.input_topic
+
+    @app.on_partitions_assigned.connect
+    async def own(sender: Any, assigned: Any, **kwargs: Any) -> None:
+        # At once, before the tables recover: a transactional writer fences the
+        # partitions' previous owner, whose open transactions then stop nothing.
+        writer.assign({tp.partition for tp in assigned if tp.topic == input_topic})
 
     async def rebuild() -> None:
         gate.rebuild()
@@ -379,5 +376,12 @@ def register(runtime: WorkerRuntime) -> GateForwarder:
     async def report_unjudged() -> None:
         gate.report_unjudged()
 
+    if s.gate.gate_session_hold:  # the sessions whose later turns are held
+        gate.held_sessions = SessionHolds()
+        gate.holds_follower = HoldsFollower(runtime, gate.held_sessions)
+        runtime.services.append(gate.holds_follower)
+    if gate.review_on:  # reviewers release or keep held records
+        runtime.services.append(AnswerFollower(gate,
+                                               fetch_wait_ms=s.worker.consumer_fetch_wait_ms))
     runtime.state["gate"] = gate
     return gate

@@ -348,9 +348,10 @@ def _gate_agent(runtime: WorkerRuntime, source: Any, publish: Publish,
         outgoing = await asyncio.gather(*(gate.through(p, judge_one) for p in passages))
         return [out for records in outgoing for out in records]
 
-    async def placed(events: list[Any]) -> None:
+    async def placed(events: list[Any]) -> None:  # published: ack once placed
         for event in events:
             await gate.settled(_raw(event))
+            gate.done(_raw(event))
 
     # As many batches in flight as the gate lets records wait.
     limit = max(MAX_INFLIGHT_BATCHES, -(-s.gate.gate_max_waiting // s.worker.batch_size))

@@ -28,7 +28,8 @@ from ..judges.transports import uses_direct_http
 from ..kafka.cluster_facts import (ClusterFacts, cluster_facts, describe, replication_warnings,
                                    settled, worker_topic_replicas)
 from ..kafka.topics import ensure_topics, topic_plan
-from ..gate.settings import gate_topics
+from ..gate.sessions import held_sessions_topic
+from ..gate.settings import check_gate_transactions, gate_topics
 from ..review.settings import review_topics
 from ..config.settings import Settings
 from ..judges.settings import JudgeSettings
@@ -194,17 +195,23 @@ def run_worker(runtime: WorkerRuntime, *, loglevel: str = "info") -> None:
         (session_turns_topic(settings.kafka.app_id), sessions_assembled(settings))) if on}
     # Gate mode forwards each record to the partition of the number it was read from.
     internal.update(gate_topics(settings.gate, settings.kafka.topic_partitions))
+    # Gate mode's held sessions: one compacted partition, which every worker reads whole.
+    if settings.gate.gate and settings.gate.gate_session_hold:
+        review = {**review, held_sessions_topic(settings.kafka.app_id): 1}
     changelogs = table_changelogs(runtime.app)
     plan = {**topic_plan(settings.kafka), **internal,
             **{name: partitions for name, (partitions, _) in changelogs.items()}}
     # Replication and idempotence from the cluster: before the app starts, which
     # is when Faust declares its changelog topics and starts its producer.
     facts = asyncio.run(cluster_facts(settings.kafka))
+    check_gate_transactions(settings.gate, facts)
     kafka = settled(settings.kafka, facts)
     runtime.app.conf.topic_replication_factor = kafka.topic_replication
     runtime.app.idempotent_producer = bool(kafka.producer_idempotence)
     asyncio.run(ensure_topics(kafka, {**plan, **review}, strict=frozenset(plan),
-                              compacted=frozenset({settings.review.labels_topic} & set(review)),
+                              compacted=frozenset({settings.review.labels_topic,
+                                                   held_sessions_topic(settings.kafka.app_id)}
+                                                  & set(review)),
                               configs={name: config for name, (_, config) in changelogs.items()}))
     _say_replication(kafka, facts, [*plan, *review])
     log.info("guardrail worker: %s -> %s (dlq %s, alerts %s), judge %s",

@@ -113,11 +113,21 @@ class WorkerRuntime:
 
     def stop_on_config_error(self, exc: Exception) -> None:
         """Log ``exc`` (one line naming the setting) and stop the worker, once."""
+        self._stop_with(EXIT_CONFIG_ERROR, f"{exc}. Stopping with exit code "
+                        f"{EXIT_CONFIG_ERROR}; nothing of the batch was acked, it is judged "
+                        "again once the setting is fixed")
+
+    def stop_on_fatal(self, why: str, exit_code: int) -> None:
+        """Log ``why`` and stop the worker with ``exit_code``, once: what was not acked
+        is read again when it starts again."""
+        self._stop_with(exit_code, f"{why}. Stopping with exit code {exit_code}; what was "
+                        "not acked is read again on the next start")
+
+    def _stop_with(self, exit_code: int, line: str) -> None:
         if self.exit_code is not None:
             return
-        self.exit_code = EXIT_CONFIG_ERROR
-        log.error("%s. Stopping with exit code %d; nothing of the batch was acked, it is "
-                  "judged again once the setting is fixed", exc, EXIT_CONFIG_ERROR)
+        self.exit_code = exit_code
+        log.error("%s", line)
         # Faust's stop waits until every message handed to a stream is acked
         # (stream_wait_empty), and the cancelled batches never will be: without
         # the wait the consumer commits what was acked, and no more.

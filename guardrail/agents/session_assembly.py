@@ -10,15 +10,19 @@ of :class:`guardrail.assembly.sessions.gathering.SessionGathering`: a turn is ad
 the session is judged every ``session_judge_every`` turns, at once when a turn
 was flagged, once more when it goes quiet (closed), and again when it resumes
 (records marked by the header ``guardrail-session``: ``turn``, ``tick``, ``done``).
+In gate mode with ``gate_session_hold``, a session judged UNSAFE also holds its
+later turns (:mod:`.gate_sessions`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..assembly.sessions.gathering import SessionGathering
 from ..config.settings import Settings
+from ..gate.sessions import held_sessions_topic
 from .assembly import register_assembly
+from .gate_sessions import HoldingSessionJudge
 from .run_assembly import assembled_judge
 
 if TYPE_CHECKING:
@@ -41,8 +45,13 @@ def sessions_assembled(settings: Settings) -> bool:
 
 def register(runtime: WorkerRuntime) -> None:
     """Add the session table, the assembling agent and its sweep (``session_judging``)."""
-    gathering = SessionGathering(runtime.settings.sessions, runtime.telemetry)
+    s = runtime.settings
+    gathering = SessionGathering(s.sessions, runtime.telemetry)
+    judge: Any = assembled_judge(runtime, session_turns=False)
+    holds = s.gate.gate and s.gate.gate_session_hold
+    if holds:  # a session judged UNSAFE holds its later turns at the gate
+        judge = HoldingSessionJudge(judge, runtime)
     runtime.state["session_assembler"] = register_assembly(
-        runtime, gathering, topic_name=session_turns_topic(runtime.settings.kafka.app_id),
-        table_name=SESSION_TABLE, agent_name="guardrail.sessions",
-        judge=assembled_judge(runtime, session_turns=False))
+        runtime, gathering, topic_name=session_turns_topic(s.kafka.app_id),
+        table_name=SESSION_TABLE, agent_name="guardrail.sessions", judge=judge,
+        extra_topics=[held_sessions_topic(s.kafka.app_id)] if holds else [])

@@ -54,12 +54,18 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         if wait_ms is not None:
             # Read once, when the consumer starts its Fetcher.
             consumer._fetch_max_wait_ms = int(wait_ms)
+        if getattr(self.app, "read_committed", False):  # likewise
+            consumer._isolation_level = "read_committed"
         return consumer
 
     async def _highwaters(self, partitions: list[Any]) -> Mapping[Any, int]:
         reported = await super()._highwaters(partitions)
         if self.consumer.in_transaction or not any(reported.values()):
             return reported
+        if getattr(self.app, "read_committed", False):
+            # Written in transactions: the end reported is past the last commit marker,
+            # a record nobody reads; recovery waits for the last record it does read.
+            return await committed_ends(self._probe_options(), reported)
         fetched = await fetched_highwaters(self._probe_options(), reported)
         return {tp: max(offset, fetched.get(tp, offset)) for tp, offset in reported.items()}
 
@@ -152,6 +158,41 @@ async def fetched_highwaters(options: dict[str, Any], reported: Mapping[Any, int
             await probe.stop()
 
 
+async def committed_ends(options: dict[str, Any], reported: Mapping[Any, int], *,
+                         back: int = 256, timeout: float = 10.0) -> dict[Any, int]:
+    """Per partition, one past the last record a ``read_committed`` reader gets below
+    the reported end (the last stable offset): the transaction markers after it
+    hold no record. Read from ``back`` offsets before the end (every transaction
+    writes records beside its marker); a partition with none there keeps its end."""
+    wanted = {aiokafka.TopicPartition(tp.topic, tp.partition): tp
+              for tp, end in reported.items() if end > 0}
+    ends = dict(reported)
+    if not wanted:
+        return ends
+    probe = aiokafka.AIOKafkaConsumer(group_id=None, enable_auto_commit=False,
+                                      isolation_level="read_committed", fetch_max_wait_ms=100,
+                                      **options)
+    await probe.start()
+    try:
+        probe.assign(list(wanted))
+        for key, tp in wanted.items():
+            probe.seek(key, max(0, reported[tp] - back))
+        last: dict[Any, int] = {}
+        pending = set(wanted)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while pending and asyncio.get_running_loop().time() < deadline:
+            batch = await probe.getmany(*pending, timeout_ms=200)
+            for key, records in batch.items():
+                last[key] = max([last.get(key, -1), *(r.offset for r in records)])
+            pending = {key for key in pending if await probe.position(key) < reported[wanted[key]]}
+        for key, tp in wanted.items():
+            if key in last and last[key] >= 0:
+                ends[tp] = last[key] + 1
+        return ends
+    finally:
+        await probe.stop()
+
+
 async def _read_highwaters(probe: aiokafka.AIOKafkaConsumer, wanted: Mapping[Any, Any],
                            timeout: float) -> dict[Any, int]:
     pending = dict(wanted)
@@ -221,6 +262,11 @@ class GuardrailFaustApp(faust.App):
         #: Changelog topic -> seconds back from now where its table's recovery
         #: may start (see ``_ConsumerThread.earliest_offsets``).
         self.changelog_horizons: dict[str, float] = {}
+        #: Read only committed records (the gate's transactions, ``gate_transactional``).
+        self.read_committed = False
+        #: Topics whose offsets another committer commits (the gate's transactions):
+        #: the consumer's own commits leave them out.
+        self.offsets_committed_elsewhere: set[str] = set()
         #: Topics whose agent acks a record only once processed (``mark_processed_on``).
         self.acked_when_processed: set[str] = set()
         self._stop_hooks: list[StopHook] = []

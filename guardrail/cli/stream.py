@@ -116,21 +116,38 @@ def produce_command(input_path: str, topic: str | None, **flags: Any) -> None:
               help="Start at the topic's first record, or only print new ones.")
 @click.option("--idle-timeout", type=float, help="Stop after this many idle seconds.")
 @click.option("--max", "limit", type=int, help="Stop after this many records.")
+@click.option("--headers", "with_headers", is_flag=True,
+              help="Print each record as {\"key\", \"headers\", \"value\"} (the gate's "
+                   "guardrail.* headers: why a record was held, where it came from).")
 def tail_command(topic: str | None, from_beginning: bool, idle_timeout: float | None,
-                 limit: int | None, **flags: Any) -> None:
+                 limit: int | None, with_headers: bool, **flags: Any) -> None:
     """Print records of a topic as JSON lines."""
     settings = _settings(**flags)
     topic = topic or settings.kafka.results_topic
 
     async def run() -> None:
-        async for _, value in tail_records(settings.kafka, topic, from_beginning=from_beginning,
-                                           idle_timeout=idle_timeout, limit=limit):
-            click.echo(value.decode("utf-8", "replace"))
+        async for message, value in tail_records(settings.kafka, topic,
+                                                 from_beginning=from_beginning,
+                                                 idle_timeout=idle_timeout, limit=limit):
+            text = value.decode("utf-8", "replace")
+            if with_headers:
+                text = _with_headers(message, text)
+            click.echo(text)
 
     try:
         asyncio.run(run())
     except KeyboardInterrupt:
         pass
+
+
+def _with_headers(message: Any, value: str) -> str:
+    """A record as one JSON line: its key, its headers (as text) and its value."""
+    def text(data: bytes | None) -> str | None:
+        return None if data is None else data.decode("utf-8", "replace")
+
+    return orjson.dumps({"key": text(message.key),
+                         "headers": {name: text(data) for name, data in message.headers or ()},
+                         "value": value}).decode()
 
 
 @click.command("rates", short_help="Show the consumer group's windowed unsafe rates.")

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, model_validator
 
 from ..assembly.runs.settings import RunSettings
 from ..assembly.sessions.settings import SessionSettings
@@ -143,7 +143,7 @@ class Settings(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _accept_flat_names(cls, data: Any) -> Any:
-        return _nest(data)
+        return _runs_off_at_the_gate(_nest(data))
 
     def flat(self) -> dict[str, Any]:
         """Every setting by its flat name, as JSON-ready values (secrets included)."""
@@ -161,6 +161,26 @@ class Settings(BaseModel):
         group, field = FLAT_NAMES[name]
         value = getattr(getattr(self, group), field)
         return value.get_secret_value() if value is not None else None
+
+
+def _runs_off_at_the_gate(data: Any) -> Any:
+    """Gate mode judges each model call unless ``agent_runs`` is set: a run is judged
+    once complete, after its spans went through the gate (as verdict NONE)."""
+    if not isinstance(data, dict):
+        return data
+    gate, runs = data.get("gate"), data.get("runs")
+    on = gate.get("gate") if isinstance(gate, dict) else getattr(gate, "gate", False)
+    try:
+        on = TypeAdapter(bool).validate_python(on or False)
+    except ValidationError:
+        return data  # the gate group's own validation says what is wrong
+    given = (runs if isinstance(runs, dict)
+             else getattr(runs, "model_fields_set", set()) if runs is not None else {})
+    if on and "agent_runs" not in given:
+        runs = dict(runs) if isinstance(runs, dict) else (
+            runs.model_dump(exclude_unset=True) if runs is not None else {})
+        return {**data, "runs": {**runs, "agent_runs": False}}
+    return data
 
 
 def _from_env(environ: os._Environ[str] | dict[str, str]) -> dict[str, Any]:

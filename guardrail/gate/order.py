@@ -8,7 +8,8 @@ is decided and everything it must wait for has left (``gate_order``):
 - ``partition``: every earlier record of its partition;
 - ``none``: nothing.
 
-With ``hold_blocks_key``, a record forwarded to the held topic blocks its key: the
+With ``hold_blocks_key``, a record forwarded to the held topic blocks its key (a
+record without a key blocks nothing): the
 key's later records, once their turn comes, are *parked* (kept, not forwarded)
 until :meth:`ReleaseOrder.unblock` (a reviewer released or confirmed the held one);
 then they leave in order, and a held one among them blocks the key again. Parked
@@ -121,7 +122,7 @@ class ReleaseOrder:
             return Release("park", ticket)
         if ticket.decision is not None and ticket.decision.dlq_only:
             return Release("none", ticket)
-        if self.hold_blocks_key and ticket.held:
+        if self.hold_blocks_key and ticket.held and ticket.key is not None:
             self._parked[ticket.partition, ticket.key] = deque()
         return Release("forward", ticket)
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from .._group_config import GROUP_CONFIG
 from ..errors import ConfigError
 
-__all__ = ["GateSettings", "GATE_ORDERS", "gate_topics", "check_gate"]
+__all__ = ["GateSettings", "GATE_ORDERS", "gate_topics", "check_gate", "check_gate_transactions"]
 
 #: The values of ``gate_order``.
 GATE_ORDERS = ("key", "partition", "none")
@@ -71,7 +71,7 @@ def gate_topics(gate: GateSettings, partitions: int) -> dict[str, int]:
     return {gate.approved_topic: partitions, gate.held_topic: partitions}
 
 
-def check_gate(gate: GateSettings, sampling: Any) -> None:
+def check_gate(gate: GateSettings, sampling: Any, review: Any = None) -> None:
     """Refuse settings under which gate mode would let records through unjudged:
     :class:`~guardrail.errors.ConfigError`, naming the setting."""
     if not gate.gate:
@@ -82,6 +82,26 @@ def check_gate(gate: GateSettings, sampling: Any) -> None:
             f"{sampling.sample_rate:g} and sample_rules has {len(sampling.sample_rules)} "
             "rule(s): unsampled records would pass unjudged. Set sample_rate 1 and no "
             "sample_rules (a judge budget still applies: what it cuts is held, reason budget)")
+    needs_review = [name for name in ("gate_hold_blocks_key", "gate_session_hold")
+                    if getattr(gate, name)]
+    if needs_review and (review is None or review.review_users_file is None):
+        raise ConfigError(
+            f"{' and '.join(needs_review)} hold records back until a reviewer answers on "
+            "/review, but review is off: set GUARDRAIL_REVIEW_USERS_FILE (the reviewers), "
+            "or they would wait for ever")
     if gate.approved_topic == gate.held_topic:
         raise ConfigError(f"approved_topic and held_topic are both {gate.approved_topic!r}: "
                           "a consumer could not tell what was approved")
+
+
+def check_gate_transactions(gate: GateSettings, facts: Any) -> None:
+    """Refuse ``gate_transactional`` on brokers without transactional producers (the
+    embedded one takes no idempotent producer, and shows ``read_committed`` readers
+    the records of aborted transactions): :class:`~guardrail.errors.ConfigError`.
+    ``facts``: :class:`guardrail.kafka.cluster_facts.ClusterFacts`."""
+    if gate.gate and gate.gate_transactional and not facts.idempotence:
+        raise ConfigError(
+            "gate_transactional needs brokers with transactional producers (Apache Kafka); "
+            "these brokers take no idempotent producer (the embedded broker, or "
+            "producer_idempotence: false). Turn gate_transactional off: the gate then "
+            "forwards at least once, each copy marked by guardrail.source")

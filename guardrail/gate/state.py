@@ -10,11 +10,13 @@ crash or a rebalance is decided from what was decided, never judged again::
 States, in the order a record goes through them:
 
 - ``decided``: judged; its decision and records kept before anything is forwarded.
-- ``forwarded``: on the approved or held topic (``held_at``: the held record's
-  partition and offset, which a reviewer's release reads it back from).
+- ``forwarded``: on the approved topic, or on the held topic with nobody to review it.
 - ``parked``: its key is blocked by a held record (``gate_hold_blocks_key``): it
   waits, with the record itself (``record``), for a reviewer.
-- ``blocking``: held, and blocking its key until a reviewer releases or confirms it.
+- ``held``: on the held topic, waiting for a reviewer's answer (review on);
+  ``held_at`` is the held copy's partition and offset, which a release reads it
+  back from, and ``key`` its key.
+- ``blocking``: ``held``, and blocking its key until a reviewer releases or keeps it.
 - ``released`` / ``confirmed``: a reviewer's answer on a held record, kept so that a
   repeated answer changes nothing.
 """
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..stream.envelope import Source
@@ -33,7 +35,7 @@ from .decision import Decision
 __all__ = ["Entry", "State", "entry_key", "parse_entry_key", "encode_outgoing",
            "decode_outgoing", "encode_raw", "decode_raw"]
 
-State = Literal["decided", "forwarded", "parked", "blocking", "released", "confirmed"]
+State = Literal["decided", "forwarded", "parked", "held", "blocking", "released", "confirmed"]
 
 
 def entry_key(partition: int, offset: int) -> str:
@@ -54,6 +56,17 @@ class Entry:
     record: RawMessage | None = None
     held_at: tuple[int, int] | None = None
     by: str | None = field(default=None)
+    key: bytes | None = None
+    #: The DLQ records of a record decided in a transaction (``gate_transactional``),
+    #: written with its place, not with its results.
+    dlq: tuple[Outgoing, ...] = ()
+
+    def slim(self) -> Entry:
+        """What a held entry keeps once its offset is committed: no records to
+        publish, no evidence (the held copy carries it)."""
+        d = self.decision
+        return replace(self, outgoing=(), record=None, dlq=(),
+                       decision=replace(d, held_by=()))
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"state": self.state, "decision": self.decision.to_dict(),
@@ -64,6 +77,10 @@ class Entry:
             data["held_at"] = list(self.held_at)
         if self.by is not None:
             data["by"] = self.by
+        if self.key is not None:
+            data["key"] = _b64(self.key)
+        if self.dlq:
+            data["dlq"] = [encode_outgoing(o) for o in self.dlq]
         return data
 
     @classmethod
@@ -74,7 +91,8 @@ class Entry:
                    outgoing=tuple(decode_outgoing(o) for o in data.get("outgoing", ())),
                    record=decode_raw(record) if record else None,
                    held_at=(int(held_at[0]), int(held_at[1])) if held_at else None,
-                   by=data.get("by"))
+                   by=data.get("by"), key=_unb64(data.get("key")),
+                   dlq=tuple(decode_outgoing(o) for o in data.get("dlq", ())))
 
 
 def _b64(data: bytes | None) -> str | None:

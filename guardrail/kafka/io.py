@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from .settings import KafkaSettings
 from .clients import check_reachable, client_options
 
-__all__ = ["produce_records", "tail_records"]
+__all__ = ["produce_records", "tail_records", "read_record_at"]
 
 
 async def produce_records(kafka: KafkaSettings, topic: str, records: Iterable[Any]) -> int:
@@ -61,5 +61,30 @@ async def tail_records(kafka: KafkaSettings, topic: str, *, from_beginning: bool
                     seen += 1
                     if limit is not None and seen >= limit:
                         return
+    finally:
+        await consumer.stop()
+
+
+async def read_record_at(kafka: KafkaSettings, topic: str, partition: int, offset: int, *,
+                         timeout: float = 15.0) -> Any | None:
+    """The record at ``offset`` of one partition, read with a consumer of no group;
+    None when it is gone (retention or compaction removed it). :class:`TimeoutError`
+    when the broker did not hand it over within ``timeout`` (try again later)."""
+    tp = TopicPartition(topic, partition)
+    consumer = AIOKafkaConsumer(group_id=None, enable_auto_commit=False,
+                                **client_options(kafka))
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        first = (await consumer.beginning_offsets([tp]))[tp]
+        if offset < first:
+            return None
+        consumer.seek(tp, offset)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(tp, timeout_ms=200, max_records=1)
+            for message in batch.get(tp, ()):
+                return message if message.offset == offset else None  # past it: compacted
+        raise TimeoutError(f"{topic}/{partition}/{offset} not read within {timeout:.0f}s")
     finally:
         await consumer.stop()

@@ -38,7 +38,7 @@ from .._event_time import now_ms
 from ..assembly.base import RUN_SPAN_HEADERS
 from ..formats import CaseDecoder, InputDecoder, build_decoder
 from ..judging.evaluate import Evaluator
-from ..judging.models import RedteamMetrics
+from ..judging.models import MetricRubric, RedteamMetrics
 from ..kafka.settings import KafkaSettings
 from ..review.selection import review_item
 from ..review.settings import ReviewSettings
@@ -97,13 +97,18 @@ class Outgoing:
 @dataclass(frozen=True)
 class CaseOutcome:
     """What became of one case of a record: judged (``metrics``), not readable
-    (``invalid``: its DLQ reason) or left unjudged (``unjudged``: ``not_sampled``)."""
+    (``invalid``: its DLQ reason) or left unjudged (``unjudged``: ``not_sampled``);
+    ``message``, ``rubrics`` and ``event_time_ms`` of a readable one (a held
+    record's review item is made of them)."""
 
     case_id: str
     metrics: RedteamMetrics | None = None
     invalid: str | None = None
     unjudged: str | None = None
     session_id: str | None = None
+    message: InputMessage | None = field(default=None, repr=False)
+    rubrics: tuple[MetricRubric, ...] = field(default=(), repr=False)
+    event_time_ms: int | None = None
 
 
 @dataclass
@@ -219,9 +224,11 @@ class MessageJudge(OutageWaits):
             record.outgoing.extend(self._records(record.raw, source, msg, verdict, events, floor)
                                    if take else self._not_sampled(source, msg, events, floor))
             record.outgoing.extend(self._turn(source, msg, verdict))
-            record.cases.append(CaseOutcome(msg.case.case_id or source.coordinates, verdict,
-                                            unjudged=None if take else "not_sampled",
-                                            session_id=msg.session_id))
+            record.cases.append(CaseOutcome(
+                msg.case.case_id or source.coordinates, verdict,
+                unjudged=None if take else "not_sampled", session_id=msg.session_id,
+                message=msg, rubrics=tuple(self.evaluator.effective_config(msg.case).metrics),
+                event_time_ms=_event_ms(source, msg)))
         return records, self._bundles(events)
 
     def _turn(self, source: Source, message: InputMessage,

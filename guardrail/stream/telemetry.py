@@ -199,7 +199,11 @@ class Telemetry:
             "forward: waiting for earlier records of its key or partition, and the send",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 30), registry=r)
         self.gate_reviews = Counter("guardrail_gate_reviews", "Reviewers' answers on held "
-                                    "records (released, confirmed)", ["answer"], registry=r)
+                                    "records carried out (released, confirmed)", ["answer"],
+                                    registry=r)
+        self.gate_held_open = Gauge("guardrail_gate_held_open", "Held records of this "
+                                    "worker's partitions waiting for a reviewer's answer",
+                                    registry=r)
 
         # Known label values exist from the start, at 0: Prometheus only sees an
         # increase between two scrapes of a series, so a series born at its first

@@ -37,6 +37,25 @@ def test_gate_mode_refuses_sampling_and_one_topic_for_both():
     check_gate(budget.gate, budget.sampling)  # a budget's cut is held, not passed
 
 
+def test_gate_mode_judges_each_model_call_unless_agent_runs_is_set():
+    assert load_settings(environ={}).runs.agent_runs
+    assert not load_settings(environ={"GUARDRAIL_GATE": "true"}).runs.agent_runs
+    assert not load_settings(environ={}, gate={"gate": "yes"}).runs.agent_runs
+    chosen = load_settings(environ={"GUARDRAIL_GATE": "true", "GUARDRAIL_AGENT_RUNS": "true"})
+    assert chosen.runs.agent_runs  # runs whole: their spans pass the gate as NONE
+
+
+def test_holds_that_wait_for_a_reviewer_need_the_review_queue(tmp_path):
+    for setting in ("gate_hold_blocks_key", "gate_session_hold"):
+        s = load_settings(environ={}, gate=True, **{setting: True})
+        with pytest.raises(ConfigError, match=f"{setting}.*GUARDRAIL_REVIEW_USERS_FILE"):
+            check_gate(s.gate, s.sampling, s.review)
+        users = tmp_path / "users"
+        users.write_text("")
+        on = load_settings(environ={}, gate=True, review_users_file=users, **{setting: True})
+        check_gate(on.gate, on.sampling, on.review)
+
+
 def test_the_gate_topics_are_partitioned_like_the_input_and_only_in_gate_mode():
     s = load_settings(environ={}, gate=True, topic_partitions=3)
     assert gate_topics(s.gate, 3) == {"model-outputs-approved": 3, "model-outputs-held": 3}

@@ -70,9 +70,10 @@ class Placements:
     """Follows the approved, held and DLQ topics (start the worker first, so the
     topics exist with its partition counts) and accounts for every input record."""
 
-    def __init__(self, env: StreamEnv) -> None:
+    def __init__(self, env: StreamEnv, *, isolation_level: str = "read_uncommitted") -> None:
         self.env = env
-        self.watchers = {where: TopicWatcher(env.bootstrap, topic, parse=lambda m: m)
+        self.watchers = {where: TopicWatcher(env.bootstrap, topic, parse=lambda m: m,
+                                             isolation_level=isolation_level)
                          for where, topic in (("approved", env.approved),  # type: ignore
                                               ("held", env.held),  # type: ignore
                                               ("dlq", env.topic("dlq")))}

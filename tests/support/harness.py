@@ -220,8 +220,10 @@ class TopicWatcher:
     """
 
     def __init__(self, bootstrap: str, topic: str,
-                 parse: Callable[[Any], Any] = lambda m: json.loads(m.value)) -> None:
+                 parse: Callable[[Any], Any] = lambda m: json.loads(m.value), *,
+                 isolation_level: str = "read_uncommitted") -> None:
         self.bootstrap, self.topic, self.parse = bootstrap, topic, parse
+        self.isolation_level = isolation_level
         self.records: list[Any] = []
         #: Each record's timestamp (ms; the producer's create time), in step with ``records``.
         self.stamps: list[int] = []
@@ -231,7 +233,8 @@ class TopicWatcher:
 
     async def _run(self) -> None:
         consumer = AIOKafkaConsumer(self.topic, bootstrap_servers=self.bootstrap, group_id=None,
-                                    auto_offset_reset="earliest", enable_auto_commit=False)
+                                    auto_offset_reset="earliest", enable_auto_commit=False,
+                                    isolation_level=self.isolation_level)
         await consumer.start()
         try:
             while not self._stop.is_set():

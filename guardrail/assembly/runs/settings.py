@@ -22,7 +22,9 @@ class RunSettings(BaseModel):
     agent_runs: bool = True
     """With ``input_format=otlp``: group the spans of a trace that holds an agent
     span into one run, judged once (``trajectory`` and the final answer) with its
-    verdict on the root span. Off: every LLM span is judged on its own."""
+    verdict on the root span. Off: every LLM span is judged on its own. Gate mode
+    turns it off unless it is set: a run is judged once complete, after its spans
+    went through the gate (as verdict ``NONE``)."""
     run_settle_seconds: float = Field(default=5.0, gt=0)
     """Seconds after a run's root span arrived, with no new span since, before the
     run is judged as ``complete``."""

@@ -11,6 +11,7 @@ script, no CDN (the worker serves it at ``/dashboard``, see
 - :mod:`.data` — ``/rates`` rows and alerts checked and shaped (series per
   group, versions side by side, coverage); bad rows become problems;
 - :mod:`.spend` — this worker's spend and verdicts, from its telemetry;
+- :mod:`.gate` — gate mode's panel: where this worker placed its records;
 - :mod:`.charts` — the SVG charts (unsafe rate with alert marks, coverage);
 - :mod:`.page` — the HTML document; :mod:`.style` — its stylesheet.
 """

@@ -269,6 +269,8 @@ class Dashboard:
     #: Partitions this worker holds with lag and no progress
     #: (:class:`~guardrail.stream.liveness.PartitionStatus`).
     stalled: tuple[Any, ...] = ()
+    #: Gate mode's counters (:class:`.gate.GatePanel`; None: gate mode is off).
+    gate: Any = None
 
     @property
     def metrics(self) -> tuple[str, ...]:
@@ -316,7 +318,7 @@ def build_dashboard(rows: Iterable[Any], alerts: Iterable[Any], *, window_second
                     version_label: str, spend: Spend | None = None,
                     rules: tuple[AlertRule, ...] = (), problems: Iterable[str] = (),
                     now: float | None = None, agreement: Any = None,
-                    stalled: Iterable[Any] = ()) -> Dashboard:
+                    stalled: Iterable[Any] = (), gate: Any = None) -> Dashboard:
     """Check the rows and alerts and shape them for the page; bad ones become problems."""
     found = list(problems)
     cells = _cells(rows, version_label, found)
@@ -329,7 +331,8 @@ def build_dashboard(rows: Iterable[Any], alerts: Iterable[Any], *, window_second
     return Dashboard(window_seconds=window_seconds, version_label=version_label,
                      cells=tuple(cells), alerts=tuple(parsed_alerts), spend=spend,
                      problems=tuple(found), generated_at=time.time() if now is None else now,
-                     thresholds=thresholds, agreement=agreement, stalled=tuple(stalled))
+                     thresholds=thresholds, agreement=agreement, stalled=tuple(stalled),
+                     gate=gate)
 
 
 def utc_clock(ts: float, *, seconds: bool = False) -> str:

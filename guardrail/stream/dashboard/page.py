@@ -17,6 +17,7 @@ from html import escape
 from .agreement import agreement_panel
 from .charts import Frame, coverage_chart, rate_chart
 from .data import Alert, Cell, Dashboard, VersionTotals, utc_clock
+from .gate import gate_panel
 from .spend import Spend
 from .style import CSS
 
@@ -256,7 +257,8 @@ def render_page(data: Dashboard, context: PageContext) -> str:
             f"<title>guardrail dashboard</title><style>{CSS}</style></head><body>"
             f"<header><h1>guardrail <span>live safety dashboard</span></h1>"
             f"<p class=\"subtitle\">{subtitle}</p></header>"
-            f"{_stalled(data)}{_problems(data)}{_tiles(data, context)}{main}{agreement_panel(data.agreement)}"
+            f"{_stalled(data)}{_problems(data)}{_tiles(data, context)}{gate_panel(data.gate)}"
+            f"{main}{agreement_panel(data.agreement)}"
             f"{_alerts(data, context)}"
             f"{_judge_panel(data)}"
             f"{_windows_table(data) if data.cells else ''}"
