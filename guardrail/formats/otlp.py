@@ -62,6 +62,7 @@ from .otlp_attributes import DEFAULT_LABELS, _attributes, _label_values, _trace
 from .otlp_sessions import TraceConversations
 from .otlp_wire import request_from_bytes, request_from_json
 from .otlp_conventions import Exchange, SpanEvent, is_genai, read_exchange
+from .otlp_frameworks import plain_attributes
 
 __all__ = ["OtlpDecoder", "DEFAULT_LABELS", "CAPTURE_HINT", "request_from_bytes",
            "request_from_json"]
@@ -207,7 +208,8 @@ def _spans_of(request: ExportTraceServiceRequest) -> Any:
         resource = _attributes(resource_spans.resource.attributes)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
-                yield [span, _attributes(span.attributes), resource, scope_spans.scope.name]
+                yield [span, plain_attributes(_attributes(span.attributes)), resource,
+                       scope_spans.scope.name]
 
 
 def _service(resource: Mapping[str, Any]) -> str:

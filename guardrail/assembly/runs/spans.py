@@ -34,7 +34,9 @@ import orjson
 
 from ...formats.otlp_attributes import DEFAULT_LABELS, _attributes, _label_values, _trace
 from ...formats.otlp_conventions import SpanEvent, is_genai, read_exchange
+from ...formats.otlp_frameworks import plain_attributes
 from ...formats.otlp_sessions import TraceConversations
+from .framework_spans import framework_kind, framework_signal
 from .span_reading import (agent_answer, agent_request, as_text, legacy_exchange,
                            merged_events, requested_calls, semconv_turns, text_turns,
                            tool_call_of)
@@ -205,7 +207,7 @@ def run_signal(attrs: Mapping[str, Any], scope_name: str) -> bool:
         return True
     if _lower(attrs.get("traceloop.span.kind")) in ("agent", "workflow", "tool"):
         return True
-    if any(attrs.get(key) for key in _AGENT_ATTRIBUTES):
+    if any(attrs.get(key) for key in _AGENT_ATTRIBUTES) or framework_signal(attrs):
         return True
     return _scope_is_agent(scope_name)
 
@@ -224,6 +226,9 @@ def span_kind(attrs: Mapping[str, Any], events: Sequence[SpanEvent], scope_name:
     traceloop = _lower(attrs.get("traceloop.span.kind"))
     if traceloop:  # OpenLLMetry marks its own spans (task, handoff …); model calls carry none
         return {"agent": "agent", "workflow": "agent", "tool": "tool"}.get(traceloop, "other")
+    framework = framework_kind(attrs)  # Langfuse, MLflow, Vercel AI: their own kinds
+    if framework is not None:
+        return framework
     if operation and operation not in _MODEL_OPERATIONS:
         return "other"
     if is_genai(attrs, (e.name for e in events)):
@@ -236,7 +241,7 @@ def span_kind(attrs: Mapping[str, Any], events: Sequence[SpanEvent], scope_name:
 def _agent_name(attrs: Mapping[str, Any], kind: SpanKind) -> str | None:
     names = ["gen_ai.agent.name", "agent.name", "agent_name"]
     if kind == "agent":
-        names.append("traceloop.entity.name")
+        names += ["traceloop.entity.name", "ai.telemetry.functionId"]
     return next((text for key in names if (text := as_text(attrs.get(key)))), None)
 
 
@@ -297,15 +302,16 @@ def _content(kind: SpanKind, attrs: Mapping[str, Any], events: Sequence[SpanEven
     output = exchange.output if exchange is not None else None
     if not turns and output is None:
         turns, output = legacy_exchange(events)
-    return {"messages": tuple(turns or ()), "output": output,
-            "tool_calls": requested_calls(attrs, events)}
+    calls = requested_calls(attrs, events) or (exchange.calls if exchange is not None else ())
+    return {"messages": tuple(turns or ()), "output": output, "tool_calls": tuple(calls)}
 
 
 def run_spans_of(request: Any, labels: Mapping[str, Sequence[str]] = DEFAULT_LABELS,
                  ) -> Iterator[RunSpan]:
     """Every span of an ``ExportTraceServiceRequest`` with valid ids, as a :class:`RunSpan`
     (conversation ids read with the default association keys, within the request)."""
-    spans = [(span, _attributes(span.attributes), _attributes(resource_spans.resource.attributes),
+    spans = [(span, plain_attributes(_attributes(span.attributes)),
+              _attributes(resource_spans.resource.attributes),
               scope_spans.scope.name)
              for resource_spans in request.resource_spans
              for scope_spans in resource_spans.scope_spans for span in scope_spans.spans]
