@@ -6,9 +6,10 @@ GenAI ones, read by :mod:`.spans`). Pure functions over unwrapped attributes::
     framework_kind({"ai.operationId": "ai.toolCall"})             # 'tool'
     framework_kind({"langfuse.observation.type": "agent"})         # 'agent'
     framework_signal({"mlflow.spanType": "TOOL"})                  # True: a run
-    framework_tool({"ai.toolCall.name": "get_weather", "ai.toolCall.args": '{"city": "Lisbon"}',
-                    "ai.toolCall.result": '"Sunny"'})
-    # ('get_weather', '{"city": "Lisbon"}', 'Sunny', None)
+    framework_tool({"ai.operationId": "ai.toolCall", "ai.toolCall.name": "get_weather",
+                    "ai.toolCall.args": '{"city": "Lisbon"}', "ai.toolCall.result": '"Sunny"'},
+                   "ai.toolCall")
+    # ToolCall(name='get_weather', arguments='{"city":"Lisbon"}', result='Sunny', id=None)
 
 Where (read from langfuse 5.0, mlflow-tracing 3.17 and the ``ai`` package 6.0):
 
@@ -30,11 +31,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-import orjson
-
 from ...formats.otlp_content import ContentReading
 from ...formats.otlp_frameworks import VERCEL_MODEL_CALLS, request_messages
 from ...judging.steps import as_text, json_value, plain_text
+from .span_reading import ToolCall, text_turns, tool_name, unwrap_entity
 
 __all__ = ["framework_kind", "framework_signal", "framework_tool", "framework_request",
            "framework_answer"]
@@ -76,45 +76,43 @@ def framework_signal(attrs: Attrs) -> bool:
 
 
 def _text(value: Any) -> str | None:
-    """A payload as text: a JSON string's text, an object or array as compact JSON."""
-    if isinstance(value, str) and value.startswith('"'):
-        try:
-            value = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            pass
-    data = json_value(value)
-    return as_text(value if data is None else data)
+    """A payload as text: a JSON string's text, an object or array as compact JSON,
+    the arguments of a decorated function (Langfuse's ``{"args", "kwargs"}``) unwrapped."""
+    text = unwrap_entity(value)
+    return plain_text(text) if text else None
 
 
-def framework_tool(attrs: Attrs) -> tuple[str | None, str | None, str | None, str | None] | None:
-    """``(name, arguments, result, call id)`` of a tool span of these clients (the
-    name None where the span's own name is the tool's); None for another span."""
+def framework_tool(attrs: Attrs, span_name: str) -> ToolCall | None:
+    """A tool span's call, as these clients write it; None for another span (the
+    tool's name is the span's where the client names it by its function)."""
     if attrs.get("ai.operationId") == "ai.toolCall":
-        result = _text(attrs.get("ai.toolCall.result"))
-        return (as_text(attrs.get("ai.toolCall.name")), _text(attrs.get("ai.toolCall.args")),
-                plain_text(result) if result else None, as_text(attrs.get("ai.toolCall.id")))
+        return ToolCall(as_text(attrs.get("ai.toolCall.name")) or tool_name(attrs, span_name),
+                        _text(attrs.get("ai.toolCall.args")),
+                        _text(attrs.get("ai.toolCall.result")),
+                        as_text(attrs.get("ai.toolCall.id")))
     for inputs, outputs in _PAYLOADS:
         if inputs in attrs or outputs in attrs:
-            result = _text(attrs.get(outputs))
-            return None, _text(attrs.get(inputs)), plain_text(result) if result else None, None
+            return ToolCall(tool_name(attrs, span_name), _text(attrs.get(inputs)),
+                            _text(attrs.get(outputs)), None)
     return None
 
 
-def framework_request(attrs: Attrs) -> list[Any] | None:
-    """An agent span's request as messages (its system prompt first, where the span
+def framework_request(attrs: Attrs) -> list[dict[str, str]] | None:
+    """An agent span's request as turns (its system prompt first, where the span
     names one); None for a span of none of these clients."""
     names = ("ai.prompt", *(inputs for inputs, _ in _PAYLOADS))
     name = next((n for n in names if n in attrs), None)
     if name is None:
         return None
     parsed = json_value(attrs[name])
-    if parsed is None:
-        parsed = _text(attrs[name]) or ""
+    if not isinstance(parsed, Mapping) or set(parsed) <= {"args", "kwargs"}:
+        parsed = _text(attrs[name]) or ""  # text, or a decorated function's one argument
     system = parsed.get("system") if isinstance(parsed, Mapping) else None
     messages = request_messages(parsed, name, ContentReading())
     if not messages and parsed:
         messages = [{"role": "user", "content": as_text(parsed)}]  # whatever the app passed
-    return ([{"role": "system", "content": system}] if isinstance(system, str) else []) + messages
+    return text_turns(([{"role": "system", "content": system}] if isinstance(system, str)
+                       else []) + messages)
 
 
 def framework_answer(attrs: Attrs) -> str | None:

@@ -35,10 +35,9 @@ from typing import Any, NamedTuple
 import orjson
 
 from ...formats.otlp_conventions import SpanEvent
-from .framework_spans import framework_answer, framework_request, framework_tool
 from ...judging.steps import REDACTED, as_text, json_value, plain_text
 
-__all__ = ["ToolCall", "as_text", "plain_text", "unwrap_entity", "merged_events",
+__all__ = ["ToolCall", "as_text", "plain_text", "unwrap_entity", "merged_events", "tool_name",
            "tool_call_of", "requested_calls", "text_turns", "agent_request", "agent_answer",
            "legacy_exchange", "DETAILS_EVENT"]
 
@@ -141,7 +140,7 @@ def _blocks_text(blocks: Sequence[Mapping]) -> str:
 
 # -- tool spans -----------------------------------------------------------------------------
 
-def _tool_name(attrs: Attrs, span_name: str) -> str:
+def tool_name(attrs: Attrs, span_name: str) -> str:
     for key in ("gen_ai.tool.name", "tool.name"):
         if isinstance(attrs.get(key), str) and attrs[key]:
             return attrs[key]
@@ -153,10 +152,6 @@ def _tool_name(attrs: Attrs, span_name: str) -> str:
 
 def tool_call_of(attrs: Attrs, events: Sequence[SpanEvent], span_name: str) -> ToolCall:
     """A tool span's call: the tool's name, its arguments and its result as text."""
-    framework = framework_tool(attrs)  # Langfuse, MLflow, Vercel AI
-    if framework is not None:
-        name, arguments, result, call_id = framework
-        return ToolCall(name or _tool_name(attrs, span_name), arguments, result, call_id)
     arguments = (as_text(attrs.get("gen_ai.tool.call.arguments"))
                  or as_text(attrs.get("input.value"))
                  or unwrap_entity(attrs.get("traceloop.entity.input"))
@@ -180,7 +175,7 @@ def tool_call_of(attrs: Attrs, events: Sequence[SpanEvent], span_name: str) -> T
         result = next((as_text(e.attributes.get("message")) for e in events
                        if e.name == "gen_ai.choice"), None)
     call_id = as_text(attrs.get("gen_ai.tool.call.id"))
-    return ToolCall(_tool_name(attrs, span_name), arguments,
+    return ToolCall(tool_name(attrs, span_name), arguments,
                     plain_text(result) if result is not None else None, call_id)
 
 
@@ -263,9 +258,6 @@ def agent_request(attrs: Attrs, events: Sequence[SpanEvent]) -> list[dict[str, s
     turns = semconv_turns(attrs, events)
     if turns:
         return turns
-    framework = framework_request(attrs)
-    if framework is not None:
-        return text_turns(framework)
     history = json_value(attrs.get("pydantic_ai.all_messages"))
     if isinstance(history, list) and (turns := text_turns(history)):
         return [t for t in turns if t["role"] != "assistant"]
@@ -287,7 +279,7 @@ def agent_answer(attrs: Attrs, events: Sequence[SpanEvent]) -> str | None:
     answers = [t for t in text_turns(outputs or ()) if t["role"] == "assistant"]
     if answers:
         return answers[-1]["content"]
-    for text in (framework_answer(attrs), as_text(attrs.get("final_result")), as_text(attrs.get("output.value")),
+    for text in (as_text(attrs.get("final_result")), as_text(attrs.get("output.value")),
                  unwrap_entity(attrs.get("traceloop.entity.output"))):
         if text:
             return plain_text(text)

@@ -36,7 +36,8 @@ from ...formats.otlp_attributes import DEFAULT_LABELS, _attributes, _label_value
 from ...formats.otlp_conventions import SpanEvent, is_genai, read_exchange
 from ...formats.otlp_frameworks import plain_attributes
 from ...formats.otlp_sessions import TraceConversations
-from .framework_spans import framework_kind, framework_signal
+from .framework_spans import (framework_answer, framework_kind, framework_request,
+                              framework_signal, framework_tool)
 from .span_reading import (agent_answer, agent_request, as_text, legacy_exchange,
                            merged_events, requested_calls, semconv_turns, text_turns,
                            tool_call_of)
@@ -268,6 +269,8 @@ def read_run_span(span: Any, attrs: dict[str, Any], resource: dict[str, Any], sc
     events = merged_events([SpanEvent(e.name, _attributes(e.attributes)) for e in span.events])
     kind = span_kind(attrs, events, scope_name)
     agent_name = _agent_name(attrs, kind)
+    if agent_name is None and kind == "agent" and framework_kind(attrs) == "agent":
+        agent_name = span.name or None  # Langfuse and MLflow name it by the observation
     agent_version = _agent_version(attrs, resource, kind)
     found = _label_values(labels, attrs, resource)
     if agent_name:
@@ -287,12 +290,13 @@ def _content(kind: SpanKind, attrs: Mapping[str, Any], events: Sequence[SpanEven
              name: str) -> dict[str, Any]:
     """The fields of a span's kind: a tool's call, a model's turn, an agent's request."""
     if kind == "tool":
-        call = tool_call_of(attrs, events, name)
+        call = framework_tool(attrs, name) or tool_call_of(attrs, events, name)
         return {"tool_name": call.name, "tool_arguments": call.arguments,
                 "tool_result": call.result, "tool_call_id": call.id}
     if kind == "agent":
-        return {"messages": tuple(agent_request(attrs, events)),
-                "output": agent_answer(attrs, events)}
+        request = framework_request(attrs)
+        return {"messages": tuple(agent_request(attrs, events) if request is None else request),
+                "output": framework_answer(attrs) or agent_answer(attrs, events)}
     if kind != "llm":
         return {}
     exchange = read_exchange(attrs, events)
