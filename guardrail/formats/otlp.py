@@ -121,6 +121,7 @@ class OtlpDecoder:
     def _cases(self, request: ExportTraceServiceRequest) -> Decoded:
         cases: list[dict[str, Any]] = []
         skipped: Counter[str] = Counter()
+        conventions: Counter[str] = Counter()
         notices: dict[str, Notice] = {}  # by key: one per service and kind
         genai_spans = 0
         spans = list(_spans_of(request))
@@ -134,7 +135,9 @@ class OtlpDecoder:
             if not is_genai(attrs, (e.name for e in span.events)):
                 continue
             genai_spans += 1
-            outcome, unreadable = self._span_case(span, attrs, resource)
+            outcome, unreadable, convention = self._span_case(span, attrs, resource)
+            if convention is not None:
+                conventions[convention] += 1
             if isinstance(outcome, dict) and conversation_id is not None:
                 outcome["conversation_id"] = conversation_id
             notice = _span_notice(outcome, _service(resource), unreadable)
@@ -146,8 +149,9 @@ class OtlpDecoder:
                 skipped[outcome] += 1
         if not genai_spans and not run_spans:
             skipped["no_genai_span"] += 1
+        conventions.update(s.convention for s in run_spans if s.convention)
         return Decoded(cases=cases, skipped=dict(skipped), notices=tuple(notices.values()),
-                       run_spans=tuple(run_spans))
+                       run_spans=tuple(run_spans), conventions=dict(conventions))
 
     def _run_spans(self, spans: list[list[Any]]) -> list[Any]:
         """Take the spans of agent runs out of ``spans`` (their slot set to None)
@@ -169,19 +173,21 @@ class OtlpDecoder:
         return taken
 
     def _span_case(self, span: Any, attrs: dict[str, Any], resource: dict[str, Any],
-                   ) -> tuple[dict[str, Any] | str, tuple[Unreadable, ...]]:
+                   ) -> tuple[dict[str, Any] | str, tuple[Unreadable, ...], str | None]:
         """The span's case, or why it has none (``no_content``, ``tool_calls``,
-        ``unreadable_content``); with the content of it that could not be read."""
+        ``unreadable_content``); with the content of it that could not be read, and
+        the convention that held its answer."""
         events = [SpanEvent(e.name, _attributes(e.attributes)) for e in span.events]
         exchange = read_exchange(attrs, events)
         if exchange is None:
-            return "no_content", ()
+            return "no_content", (), None
         if exchange.output:
-            return self._case(span, attrs, resource, exchange), exchange.unreadable
+            return (self._case(span, attrs, resource, exchange), exchange.unreadable,
+                    exchange.convention)
         if exchange.tool_calls:
-            return "tool_calls", ()
+            return "tool_calls", (), exchange.convention
         return ("unreadable_content" if exchange.unreadable else "no_content",
-                exchange.unreadable)
+                exchange.unreadable, None)
 
     def _case(self, span: Any, attrs: dict[str, Any], resource: dict[str, Any],
               exchange: Exchange) -> dict[str, Any]:

@@ -107,6 +107,9 @@ class RunSpan:
     #: trace's: :class:`~guardrail.formats.otlp_sessions.TraceConversations`).
     #: Absent from spans written before sessions: None.
     conversation_id: str | None = None
+    #: The convention an LLM span's answer was read in (``langfuse`` …), for
+    #: ``guardrail inputs check``; never written (:meth:`to_bytes` leaves it out).
+    convention: str | None = field(default=None, compare=False)
 
     def to_bytes(self) -> bytes:
         """Compact JSON, without the fields at their defaults."""
@@ -136,8 +139,9 @@ class RunSpan:
         return len(self.to_bytes())
 
 
-#: RunSpan's fields in order, read once (RunSpan.to_bytes, _checked).
-_SPAN_FIELDS = tuple(f.name for f in fields(RunSpan))
+#: RunSpan's fields in order, read once (RunSpan.to_bytes, _checked); the convention
+#: stays in the process that read the span (older workers reject unknown fields).
+_SPAN_FIELDS = tuple(f.name for f in fields(RunSpan) if f.name != "convention")
 
 
 def _checked(data: dict[str, Any]) -> dict[str, Any]:
@@ -307,7 +311,8 @@ def _content(kind: SpanKind, attrs: Mapping[str, Any], events: Sequence[SpanEven
     if not turns and output is None:
         turns, output = legacy_exchange(events)
     calls = requested_calls(attrs, events) or (exchange.calls if exchange is not None else ())
-    return {"messages": tuple(turns or ()), "output": output, "tool_calls": tuple(calls)}
+    return {"messages": tuple(turns or ()), "output": output, "tool_calls": tuple(calls),
+            "convention": exchange.convention if exchange is not None else None}
 
 
 def run_spans_of(request: Any, labels: Mapping[str, Sequence[str]] = DEFAULT_LABELS,
