@@ -25,14 +25,13 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from .agent_traffic import Scenario, ScriptedModel
+from .agent_traffic import LoopbackServer, Scenario, ScriptedModel
 
 __all__ = ["CLIENTS", "OtlpSink", "ClientTraffic", "client_traffic", "missing", "APPS",
            "ADK_PYTHON"]
@@ -45,7 +44,7 @@ ADK_PYTHON = Path(os.environ.get("GUARDRAIL_ADK_PYTHON", ROOT / ".venv-adk" / "b
 _TIMEOUT = 180
 
 
-class OtlpSink:
+class OtlpSink(LoopbackServer):
     """An OTLP/HTTP receiver on loopback keeping each export request's body
     (protobuf; gzip and chunked bodies as the Node exporter sends them)."""
 
@@ -77,17 +76,7 @@ class OtlpSink:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> OtlpSink:
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler)
 
 
 @dataclass
