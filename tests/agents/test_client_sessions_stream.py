@@ -9,15 +9,14 @@ session in the session windows."""
 from __future__ import annotations
 
 import asyncio
-import random
 
 import orjson
 import pytest
 from support.agent_traffic import SCENARIOS, ScriptedModel
 from support.client_traffic import CLIENTS, client_traffic, missing
-from support.harness import StreamEnv, TopicWatcher, poll, worker_ready
-from support.run_traffic import produce_spread
-from support.session_traffic import SMALL_TALK, SPLIT_PHISHING
+from support.harness import StreamEnv, TopicWatcher
+from support.run_traffic import produce_spread, worker_fed
+from support.session_traffic import SMALL_TALK, SPLIT_PHISHING, closing_judgments, shuffled
 
 from guardrail.stream.events import decode_events
 
@@ -26,18 +25,6 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 SETTINGS = {"input_format": "otlp", "topic_partitions": 2, "run_settle_seconds": 1,
             "session_judge_every": 3, "session_idle_seconds": 5}
 RUN = SCENARIOS["benign"]
-
-
-def _shuffled(records: list[bytes], seed: int) -> list[tuple[int, bytes]]:
-    rng = random.Random(seed)
-    placed = [(rng.randrange(2), record) for record in records]
-    rng.shuffle(placed)
-    return placed
-
-
-def _closing(results: list[dict]) -> dict[str, dict]:
-    return {r["session"]["id"]: r for r in results
-            if "session" in r and r["session"]["trigger"] == "idle"}
 
 
 def test_the_clients_conversations_are_judged_and_one_turn_ones_only_once(
@@ -55,13 +42,10 @@ def test_the_clients_conversations_are_judged_and_one_turn_ones_only_once(
     records = [r for t in traffic.values() for r in t.records]
     env = StreamEnv(kafka_bootstrap, thread_judge.api_base, tmp_path, **SETTINGS)
     try:
-        assert env.cli("produce", "--input", "/dev/null").returncode == 0  # the topics, first
-        worker = env.start_worker()
-        assert poll(lambda: worker_ready(worker), 60), env.logs()[-3000:]
-        asyncio.run(produce_spread(env.bootstrap, env.topic("input"), _shuffled(records, 3)))
+        worker_fed(env, shuffled(records, 3))
         with TopicWatcher(env.bootstrap, env.topic("results")) as results, \
                 TopicWatcher(env.bootstrap, env.topic("judgments")) as judgments:
-            assert results.wait_for(lambda r: len(_closing(r)) >= 2 * len(clients),
+            assert results.wait_for(lambda r: len(closing_judgments(r)) >= 2 * len(clients),
                                     timeout=150), env.logs()[-3000:]
             asyncio.run(produce_spread(env.bootstrap, env.topic("input"),
                                        [(1, r) for r in resumed.records]))
@@ -79,7 +63,7 @@ def test_the_clients_conversations_are_judged_and_one_turn_ones_only_once(
     turns = {r["case_id"] for r in got if "session" not in r}
     assert len(turns) == len(clients) * (len(SPLIT_PHISHING) + len(SMALL_TALK) + 1) + 1, \
         sorted(turns)
-    closing = _closing(got)
+    closing = closing_judgments(got)
     assert sorted(closing) == sorted(f"{kind}-{c}" for c in clients for kind in ("attack", "chat"))
     for session_id, result in closing.items():
         turns_made = len(SPLIT_PHISHING if session_id.startswith("attack") else SMALL_TALK)
