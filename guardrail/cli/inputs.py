@@ -177,10 +177,11 @@ def _show(where: str, decoded: DecodedRecord | BadInput, as_json: bool) -> int:
                          for trace, n in in_runs.items())
         click.echo(f"{where}: {len(cases)} case(s)" + (f"; not judged: {skipped}" if skipped
                                                        else "")
-                   + (f"; {runs}" if runs else "")
-                   + (f"; read as {_conventions(read_as)}" if read_as else ""))
+                   + (f"; {runs}" if runs else ""))
         for case in cases:
             click.echo("  " + _case_line(case))
+        if read_as:
+            click.echo(f"  read as {_conventions(read_as)}")
         for notice in decoded.notices:
             click.echo(f"  note: {notice.text}")
     return int(any("dlq" in case for case in cases))
