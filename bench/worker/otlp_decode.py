@@ -1,6 +1,7 @@
 """The ``otlp`` input format's cost: decoding a Collector record and extracting its cases.
 
     python bench/worker/otlp_decode.py [--seconds 0.5] [--rounds 5]
+    python bench/worker/otlp_decode.py --conventions     # per span convention, 100-span records
 
 Records of 1, 10 and 100 GenAI spans, in both encodings the Collector's kafka
 exporter writes: ``otlp_proto`` (the real OTLP encoder's bytes) and
@@ -13,6 +14,12 @@ Per record: the wire decode alone (``request_from_bytes``) and the whole
 dicts), best of ``--rounds`` rounds of ``--seconds`` each, in µs per record and
 per span. Pure CPU in this process, no Kafka: compare with the worker's
 per-message budget (a judge call is ~100x more).
+
+``--conventions`` measures the same exchange written in each convention's attributes
+as the tracing clients write them (Langfuse's generation attributes, MLflow's
+JSON-encoded ``mlflow.span*`` with an OpenAI request and response, the Vercel AI SDK's
+``doGenerate`` span, ADK's legacy ``call_llm`` span): decode + cases µs per span of
+records of 100 spans (``otlp_proto``), and each against OTel GenAI.
 """
 
 from __future__ import annotations
@@ -67,6 +74,80 @@ def genai_spans(n: int) -> list[Any]:
                 "gen_ai.output.messages": _messages(("assistant", ANSWER))})
     provider.shutdown()
     return list(exporter.get_finished_spans())
+
+
+_SYSTEM, _USER = "Answer briefly.", "Question {i}: what is Hamlet about?"
+
+
+def _openai(i: int) -> tuple[str, str]:
+    messages = [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": _USER.format(i=i)}]
+    return json.dumps(messages), json.dumps({"role": "assistant", "content": ANSWER})
+
+
+def _convention_attributes(name: str, i: int) -> dict[str, Any]:
+    """The exchange of :func:`genai_spans` in ``name``'s attributes."""
+    inputs, answer = _openai(i)
+    if name == "langfuse":
+        return {"langfuse.observation.type": "generation", "langfuse.observation.input": inputs,
+                "langfuse.observation.output": answer, "session.id": f"chat-{i}",
+                "langfuse.observation.model.name": "gpt-4o-mini", "langfuse.release": "1.4.2"}
+    if name == "mlflow":
+        response = {"id": f"chatcmpl-{i:08d}", "object": "chat.completion", "choices": [
+            {"index": 0, "finish_reason": "stop", "message": json.loads(answer)}]}
+        return {"mlflow.spanType": '"CHAT_MODEL"', "mlflow.traceRequestId": f'"tr-{i}"',
+                "mlflow.spanInputs": json.dumps({"model": "gpt-4o-mini",
+                                                 "messages": json.loads(inputs)}),
+                "mlflow.spanOutputs": json.dumps(response), "mlflow.llm.model": '"gpt-4o-mini"'}
+    if name == "vercel_ai":
+        prompt = [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": [
+            {"type": "text", "text": _USER.format(i=i)}]}]
+        return {"ai.operationId": "ai.generateText.doGenerate", "operation.name":
+                "ai.generateText.doGenerate", "ai.model.id": "gpt-4o-mini",
+                "gen_ai.system": "openai.chat", "ai.prompt.messages": json.dumps(prompt),
+                "ai.response.text": ANSWER, "ai.telemetry.metadata.sessionId": f"chat-{i}"}
+    if name == "google_adk":
+        request = {"model": "gpt-4o-mini", "config": {"system_instruction": _SYSTEM},
+                   "contents": [{"role": "user", "parts": [{"text": _USER.format(i=i)}]}]}
+        response = {"content": {"role": "model", "parts": [{"text": ANSWER}]}}
+        return {"gen_ai.system": "gcp.vertex.agent", "gen_ai.request.model": "gpt-4o-mini",
+                "gcp.vertex.agent.session_id": f"chat-{i}",
+                "gcp.vertex.agent.llm_request": json.dumps(request),
+                "gcp.vertex.agent.llm_response": json.dumps(response)}
+    raise ValueError(name)
+
+
+CONVENTIONS = ("langfuse", "mlflow", "vercel_ai", "google_adk")
+
+
+def convention_spans(name: str, n: int) -> list[Any]:
+    """``n`` spans of one model call each, in ``name``'s attributes."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "chat-app"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("bench")
+    for i in range(n):
+        with tracer.start_as_current_span("model call", kind=SpanKind.CLIENT,
+                                          attributes=_convention_attributes(name, i)):
+            pass
+    provider.shutdown()
+    return list(exporter.get_finished_spans())
+
+
+def measure_conventions(seconds: float, rounds: int, n: int = 100) -> list[dict[str, Any]]:
+    decoder = OtlpDecoder()
+    spans = {"otel_genai": genai_spans(n), **{c: convention_spans(c, n) for c in CONVENTIONS}}
+    rows = []
+    for name, made in spans.items():
+        raw = encode_spans(made).SerializeToString()
+        decoded = decoder.decode(raw, {})
+        assert len(decoded.cases) == n and decoded.conventions == {name: n}, name
+        full = best_us(lambda: decoder.decode(raw, {}), seconds, rounds)
+        rows.append({"convention": name, "spans": n, "bytes": len(raw),
+                     "total_us_per_span": round(full / n, 1)})
+    base = rows[0]["total_us_per_span"]
+    for row in rows:
+        row["vs_otel_genai"] = round(row["total_us_per_span"] / base, 2)
+    return rows
 
 
 def otlp_json(spans: list[Any]) -> bytes:
@@ -129,8 +210,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=0.5, help="length of one round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds; the best counts")
+    parser.add_argument("--conventions", action="store_true",
+                        help="decode cost per span convention instead of per record size")
     args = parser.parse_args()
     info = meta()
+    if args.conventions:
+        rows = measure_conventions(args.seconds, args.rounds)
+        print(f"\n{info['date']}  {info['machine']}  commit {info['commit']}")
+        print("| convention | record bytes (100 spans) | decode + cases µs per span "
+              "| vs OTel GenAI |\n|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['convention']} | {r['bytes']:,} | {r['total_us_per_span']:,.1f} "
+                  f"| {r['vs_otel_genai']:.2f}× |")
+        write_json("otlp_decode_conventions", {"meta": info, "rows": rows})
+        return 0
     rows = measure(args.seconds, args.rounds)
     print_rows(rows, info)
     write_json("otlp_decode", {"meta": info, "rows": rows})

@@ -166,9 +166,11 @@ def _show(where: str, decoded: DecodedRecord | BadInput, as_json: bool) -> int:
         return 1
     cases = [_case_view(source, item) for source, item in decoded.items]
     in_runs = span_counts(decoded.run_spans)
+    read_as = decoded.conventions
     if as_json:
         line = {"where": where, "cases": cases, "skipped": decoded.skipped}
-        click.echo(orjson.dumps({**line, "run_spans": in_runs} if in_runs else line).decode())
+        line.update({"run_spans": in_runs} if in_runs else {})
+        click.echo(orjson.dumps({**line, "conventions": read_as} if read_as else line).decode())
     else:
         skipped = ", ".join(f"{n} {outcome}" for outcome, n in decoded.skipped.items())
         runs = ", ".join(f"{n} span{'' if n == 1 else 's'} of agent run {trace}"
@@ -178,9 +180,16 @@ def _show(where: str, decoded: DecodedRecord | BadInput, as_json: bool) -> int:
                    + (f"; {runs}" if runs else ""))
         for case in cases:
             click.echo("  " + _case_line(case))
+        if read_as:
+            click.echo(f"  read as {_conventions(read_as)}")
         for notice in decoded.notices:
             click.echo(f"  note: {notice.text}")
     return int(any("dlq" in case for case in cases))
+
+
+def _conventions(counts: dict[str, int]) -> str:
+    """``langfuse (3 spans), otel_genai (1 span)``: the conventions the answers were in."""
+    return ", ".join(f"{name} ({n} span{'' if n == 1 else 's'})" for name, n in counts.items())
 
 
 def _show_runs(runs: RunCollector, as_json: bool) -> list[dict[str, Any]]:

@@ -63,6 +63,9 @@ class Decoded:
     #: Spans of agent runs (:class:`guardrail.assembly.runs.RunSpan`), assembled into
     #: runs elsewhere and judged once per run (``otlp`` with ``agent_runs``).
     run_spans: tuple[Any, ...] = ()
+    #: Convention → spans whose answer it held (``otel_genai``, ``langfuse`` …): what
+    #: ``guardrail inputs check`` names; empty for formats without conventions.
+    conventions: dict[str, int] = field(default_factory=dict)
 
 
 @runtime_checkable

@@ -62,6 +62,7 @@ from .otlp_attributes import DEFAULT_LABELS, _attributes, _label_values, _trace
 from .otlp_sessions import TraceConversations
 from .otlp_wire import request_from_bytes, request_from_json
 from .otlp_conventions import Exchange, SpanEvent, is_genai, read_exchange
+from .otlp_frameworks import plain_attributes
 
 __all__ = ["OtlpDecoder", "DEFAULT_LABELS", "CAPTURE_HINT", "request_from_bytes",
            "request_from_json"]
@@ -120,6 +121,7 @@ class OtlpDecoder:
     def _cases(self, request: ExportTraceServiceRequest) -> Decoded:
         cases: list[dict[str, Any]] = []
         skipped: Counter[str] = Counter()
+        conventions: Counter[str] = Counter()
         notices: dict[str, Notice] = {}  # by key: one per service and kind
         genai_spans = 0
         spans = list(_spans_of(request))
@@ -133,7 +135,9 @@ class OtlpDecoder:
             if not is_genai(attrs, (e.name for e in span.events)):
                 continue
             genai_spans += 1
-            outcome, unreadable = self._span_case(span, attrs, resource)
+            outcome, unreadable, convention = self._span_case(span, attrs, resource)
+            if convention is not None:
+                conventions[convention] += 1
             if isinstance(outcome, dict) and conversation_id is not None:
                 outcome["conversation_id"] = conversation_id
             notice = _span_notice(outcome, _service(resource), unreadable)
@@ -145,8 +149,9 @@ class OtlpDecoder:
                 skipped[outcome] += 1
         if not genai_spans and not run_spans:
             skipped["no_genai_span"] += 1
+        conventions.update(s.convention for s in run_spans if s.convention)
         return Decoded(cases=cases, skipped=dict(skipped), notices=tuple(notices.values()),
-                       run_spans=tuple(run_spans))
+                       run_spans=tuple(run_spans), conventions=dict(conventions))
 
     def _run_spans(self, spans: list[list[Any]]) -> list[Any]:
         """Take the spans of agent runs out of ``spans`` (their slot set to None)
@@ -168,19 +173,21 @@ class OtlpDecoder:
         return taken
 
     def _span_case(self, span: Any, attrs: dict[str, Any], resource: dict[str, Any],
-                   ) -> tuple[dict[str, Any] | str, tuple[Unreadable, ...]]:
+                   ) -> tuple[dict[str, Any] | str, tuple[Unreadable, ...], str | None]:
         """The span's case, or why it has none (``no_content``, ``tool_calls``,
-        ``unreadable_content``); with the content of it that could not be read."""
+        ``unreadable_content``); with the content of it that could not be read, and
+        the convention that held its answer."""
         events = [SpanEvent(e.name, _attributes(e.attributes)) for e in span.events]
         exchange = read_exchange(attrs, events)
         if exchange is None:
-            return "no_content", ()
+            return "no_content", (), None
         if exchange.output:
-            return self._case(span, attrs, resource, exchange), exchange.unreadable
+            return (self._case(span, attrs, resource, exchange), exchange.unreadable,
+                    exchange.convention)
         if exchange.tool_calls:
-            return "tool_calls", ()
+            return "tool_calls", (), exchange.convention
         return ("unreadable_content" if exchange.unreadable else "no_content",
-                exchange.unreadable)
+                exchange.unreadable, None)
 
     def _case(self, span: Any, attrs: dict[str, Any], resource: dict[str, Any],
               exchange: Exchange) -> dict[str, Any]:
@@ -207,7 +214,8 @@ def _spans_of(request: ExportTraceServiceRequest) -> Any:
         resource = _attributes(resource_spans.resource.attributes)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
-                yield [span, _attributes(span.attributes), resource, scope_spans.scope.name]
+                yield [span, plain_attributes(_attributes(span.attributes)), resource,
+                       scope_spans.scope.name]
 
 
 def _service(resource: Mapping[str, Any]) -> str:

@@ -21,12 +21,17 @@ __all__ = ["DEFAULT_LABELS", "_attributes", "_label_values", "_trace", "_value_o
 #: (each on the span, then on the resource); the decoder's ``labels`` extend it.
 DEFAULT_LABELS: dict[str, tuple[str, ...]] = {
     "model": ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name",
-              "llm.response.model_name", "llm.request.model_name"),
-    "model_version": ("service.version",),
+              "llm.response.model_name", "llm.request.model_name",
+              "langfuse.observation.model.name", "ai.response.model", "ai.model.id",
+              "mlflow.llm.model"),
+    # Langfuse's release is the one version its users set (its resource has none).
+    "model_version": ("langfuse.release", "service.version"),
     "prompt_version": ("gen_ai.prompt.version", "llm.prompt_template.version",
                        "prompt.version", "prompt_version"),
     "service": ("service.name",),
-    "environment": ("deployment.environment.name", "deployment.environment"),
+    "environment": ("deployment.environment.name", "deployment.environment",
+                    "langfuse.environment"),
+    "user": ("user.id", "langfuse.user.id", "ai.telemetry.metadata.userId"),
     "provider": ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system"),
 }
 

@@ -68,6 +68,12 @@ class Exchange:
     #: Content the span holds that could not be read: why there is no answer
     #: when ``output`` is None, else what the answer is judged without.
     unreadable: tuple[Unreadable, ...] = ()
+    #: The tool calls the answer asks for, where a convention's reader parsed them:
+    #: ``{"name", "arguments"[, "id"]}`` (agent runs show them as steps).
+    calls: tuple[dict[str, str], ...] = ()
+    #: The convention that held the answer (``otel_genai``, ``langfuse`` …), which
+    #: ``guardrail inputs check`` names.
+    convention: str | None = None
 
 
 class ContentReading:

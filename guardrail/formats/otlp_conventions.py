@@ -1,4 +1,4 @@
-"""Where GenAI spans keep the conversation: three conventions in use today.
+"""Where GenAI spans keep the conversation: seven conventions in use today.
 
 Pure functions over a span's attributes and events as plain Python values
 (AnyValue already unwrapped: ``str``, ``int``, ``list``, ``dict`` for a kvlist),
@@ -9,37 +9,47 @@ so they are testable without protobuf::
                                        ' [{"type": "text", "content": "Hi!"}]}]'}
     is_genai(attrs, ())                     # True
     read_exchange(attrs, ()).output         # 'Hi!'
+    read_exchange(attrs, ()).convention     # 'otel_genai'
 
 The conventions, tried in this order (the first that holds the answer's text
 wins; its conversation comes with it):
 
-1. OpenTelemetry GenAI semantic conventions, span attributes:
+1. ``otel_genai``: OpenTelemetry GenAI semantic conventions, span attributes:
    ``gen_ai.output.messages``, ``gen_ai.input.messages``,
    ``gen_ai.system_instructions`` (JSON strings of messages with ``parts``).
    OpenLLMetry >= 0.4x writes the same attributes.
-2. OpenInference: ``llm.output_messages.N.message.{role,content}`` (or
+2. ``openinference``: ``llm.output_messages.N.message.{role,content}`` (or
    ``...message.contents.M.message_content.text``), ``llm.input_messages.N...``,
    else ``output.value`` / ``input.value`` (a raw OpenAI response/request
    when the mime type is JSON).
-3. OpenLLMetry before it moved to (1): ``gen_ai.completion.N.{role,content}``
+3. ``openllmetry``, before it moved to (1): ``gen_ai.completion.N.{role,content}``
    and ``gen_ai.prompt.N.{role,content}``.
-4. Span events: ``gen_ai.client.inference.operation.details`` (attributes as in
-   1, as JSON strings or arrays of kvlists); the older per-message events
-   ``gen_ai.{system,user,assistant,tool}.message`` and ``gen_ai.choice``
+4. ``langfuse``, ``mlflow``, ``vercel_ai``, ``google_adk``: tracing clients' own
+   attributes (Langfuse generations' ``langfuse.observation.input`` / ``.output``,
+   MLflow's ``mlflow.spanInputs`` / ``.spanOutputs``, the Vercel AI SDK's
+   ``ai.prompt.messages`` / ``ai.response.text``, ADK's ``call_llm``
+   ``gcp.vertex.agent.llm_request`` / ``llm_response``): :mod:`.otlp_frameworks`.
+5. ``otel_genai_events``, span events: ``gen_ai.client.inference.operation.details``
+   (attributes as in 1, as JSON strings or arrays of kvlists); the older per-message
+   events ``gen_ai.{system,user,assistant,tool}.message`` and ``gen_ai.choice``
    (content in the attributes ``content`` / ``message``, or a JSON body in
    ``gen_ai.event.content`` as the Azure SDKs write it); and the oldest
    ``gen_ai.content.prompt`` / ``gen_ai.content.completion`` events
    (attributes ``gen_ai.prompt`` / ``gen_ai.completion``).
 
-Content an instrumentation hid (OpenInference's ``_REDACTED__``) counts as
-absent. Content there that cannot be read (JSON that is not, or not of the
-convention's shape) is told apart from it: see :mod:`.otlp_content`.
+Content an instrumentation hid (OpenInference's ``__REDACTED__``, ADK's ``{}``)
+counts as absent. Content there that cannot be read (JSON that is not, or not of
+the convention's shape) is told apart from it: see :mod:`.otlp_content`.
 
 The conversation a span is a turn of (:func:`span_conversation_id`), the first
 present of :func:`conversation_id_attributes`: ``gen_ai.conversation.id`` (OTel
-GenAI), ``session.id`` (OpenInference), ``langfuse.session.id``, OpenLLMetry's
-``traceloop.association.properties.<key>`` per association key, then LangSmith's
-metadata ``langsmith.metadata.{session_id,conversation_id,thread_id}``.
+GenAI), ``session.id`` (OpenInference, Langfuse v3+, MLflow's root spans),
+``langfuse.session.id`` (older Langfuse), ``gcp.vertex.agent.session_id`` (ADK),
+then per association key an app's metadata: OpenLLMetry's
+``traceloop.association.properties.<key>``, the Vercel AI SDK's
+``ai.telemetry.metadata.<key>``, Langfuse's ``langfuse.trace.metadata.<key>``,
+MLflow's trace tags ``mlflow.traceTag.<key>``; then LangSmith's metadata
+``langsmith.metadata.{session_id,conversation_id,thread_id}``.
 """
 
 from __future__ import annotations
@@ -50,8 +60,12 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
+import orjson
+
 from .case import conversation_id_text
 from .otlp_content import REDACTED, ContentReading, Exchange, Unreadable, exchange_of, text_of
+from .otlp_frameworks import (FRAMEWORK_READERS, RESPONSE_SHAPE, framework_genai,
+                              openai_response_message)
 
 __all__ = ["Exchange", "SpanEvent", "is_genai", "read_exchange", "NOT_INFERENCE_OPERATIONS",
            "text_of", "conversation_id_attributes", "span_conversation_id",
@@ -82,8 +96,13 @@ _GENAI_EVENTS = frozenset({_DETAILS_EVENT, "gen_ai.choice", "gen_ai.content.comp
 #: Conversation id attributes read before OpenLLMetry's association properties.
 #: Langfuse reads ``langfuse.session.id`` first, but a span that carries the
 #: OTel or OpenInference name was tagged by its instrumentation on purpose.
-_CONVERSATION_ATTRIBUTES = ("gen_ai.conversation.id", "session.id", "langfuse.session.id")
-_ASSOCIATION_PREFIX = "traceloop.association.properties."
+_CONVERSATION_ATTRIBUTES = ("gen_ai.conversation.id", "session.id", "langfuse.session.id",
+                            "gcp.vertex.agent.session_id")
+#: Where a client keeps an app's metadata, read per association key: OpenLLMetry's
+#: association properties, the Vercel AI SDK's telemetry metadata, Langfuse's
+#: trace metadata (JSON-encoded values) and MLflow's trace tags.
+_ASSOCIATION_PREFIXES = ("traceloop.association.properties.", "ai.telemetry.metadata.",
+                         "langfuse.trace.metadata.", "mlflow.traceTag.")
 #: LangSmith's OTel export writes run metadata as ``langsmith.metadata.<key>``
 #: (langsmith-sdk ``_otel_exporter``); its threads are keyed by these metadata keys.
 #: ``langsmith.trace.session_id`` is the tracing project, not a conversation.
@@ -91,7 +110,8 @@ _LANGSMITH_THREAD_KEYS = ("session_id", "conversation_id", "thread_id")
 #: OpenLLMetry association keys read when none are given: the default of the
 #: ``session_association_keys`` setting (not imported from it: the settings
 #: import the judging core, which imports formats; a test keeps the two equal).
-DEFAULT_ASSOCIATION_KEYS: tuple[str, ...] = ("session_id", "conversation_id")
+DEFAULT_ASSOCIATION_KEYS: tuple[str, ...] = ("session_id", "conversation_id", "sessionId",
+                                             "conversationId")
 
 
 def conversation_id_attributes(association_keys: Sequence[str] = DEFAULT_ASSOCIATION_KEYS,
@@ -100,22 +120,33 @@ def conversation_id_attributes(association_keys: Sequence[str] = DEFAULT_ASSOCIA
 
         conversation_id_attributes(["chat_id"])
         # ('gen_ai.conversation.id', 'session.id', 'langfuse.session.id',
-        #  'traceloop.association.properties.chat_id', 'langsmith.metadata.session_id', …)
+        #  'gcp.vertex.agent.session_id', 'traceloop.association.properties.chat_id',
+        #  'ai.telemetry.metadata.chat_id', …, 'langsmith.metadata.session_id', …)
     """
     return (*_CONVERSATION_ATTRIBUTES,
-            *(_ASSOCIATION_PREFIX + key for key in association_keys),
+            *(prefix + key for prefix in _ASSOCIATION_PREFIXES for key in association_keys),
             *(f"langsmith.metadata.{key}" for key in _LANGSMITH_THREAD_KEYS))
 
 
 def span_conversation_id(attrs: Attrs, names: Sequence[str]) -> str | None:
     """The first of ``names`` on the span with an id (a non-empty string or a
     number, as text, trimmed); None when none has. Empty values are passed over:
-    Pydantic AI writes ``gen_ai.conversation.id: ""`` on runs without one."""
+    Pydantic AI writes ``gen_ai.conversation.id: ""`` on runs without one. A JSON
+    string (``'"chat-7"'``: Langfuse's metadata, MLflow's attributes) is its text."""
     for name in names:
-        found = conversation_id_text(attrs.get(name))
+        found = conversation_id_text(_unquoted(attrs.get(name)))
         if found is not None:
             return found
     return None
+
+
+def _unquoted(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > 2 and value[0] == value[-1] == '"':
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return value
+    return value
 
 
 @dataclass(frozen=True)
@@ -137,6 +168,9 @@ def is_genai(attrs: Attrs, event_names: Iterable[str]) -> bool:
     kind = attrs.get("openinference.span.kind")
     if kind is not None:  # OpenInference names every span's kind; only LLM spans call a model
         return str(kind).upper() == "LLM"
+    framework = framework_genai(attrs)  # Langfuse, MLflow and Vercel AI name theirs too
+    if framework is not None:
+        return framework
     if operation is not None or any(key in attrs for key in _GENAI_KEYS):
         return True
     if any(key.startswith(_GENAI_PREFIXES) and _INDEXED_MESSAGE.match(key) for key in attrs):
@@ -148,20 +182,24 @@ def read_exchange(attrs: Attrs, events: Sequence[SpanEvent]) -> Exchange | None:
     """The answer and conversation of a GenAI span. None when no content was
     captured; an exchange without output nor tool calls, naming what is
     ``unreadable``, when content is there and cannot be read."""
-    readers: list[Callable[[ContentReading], Exchange | None]] = [
-        partial(_semconv_attributes, attrs), partial(_openinference, attrs),
-        partial(_openllmetry_indexed, attrs), partial(_details_event, events),
-        partial(_message_events, events), partial(_content_events, events)]
+    readers: list[tuple[str, Callable[[ContentReading], Exchange | None]]] = [
+        ("otel_genai", partial(_semconv_attributes, attrs)),
+        ("openinference", partial(_openinference, attrs)),
+        ("openllmetry", partial(_openllmetry_indexed, attrs)),
+        *((name, partial(reader, attrs)) for name, reader in FRAMEWORK_READERS),
+        ("otel_genai_events", partial(_details_event, events)),
+        ("otel_genai_events", partial(_message_events, events)),
+        ("otel_genai_events", partial(_content_events, events))]
     found: list[Exchange] = []
     problems: list[Unreadable] = []
-    for reader in readers:
+    for name, reader in readers:
         reading = ContentReading()
         exchange = reader(reading)
         if exchange is not None and exchange.output:
-            return replace(exchange, unreadable=tuple(reading.problems))
+            return replace(exchange, unreadable=tuple(reading.problems), convention=name)
         problems.extend(reading.problems)
         if exchange is not None:
-            found.append(exchange)
+            found.append(replace(exchange, convention=name))
     tool_calls = next((e for e in found if e.tool_calls), None)
     if tool_calls is not None or not problems:
         return tool_calls
@@ -192,7 +230,6 @@ def _details_event(events: Sequence[SpanEvent], reading: ContentReading) -> Exch
 _OPENINFERENCE_KEY = re.compile(r"llm\.(input|output)_messages\.(\d+)\.message\.(.+)")
 _OPENLLMETRY_KEY = re.compile(r"gen_ai\.(prompt|completion)\.(\d+)\.(.+)")
 _CONTENTS_TEXT = re.compile(r"contents\.(\d+)\.message_content\.text")
-_RESPONSE_SHAPE = "an OpenAI chat or Responses API response (choices, output_text or output)"
 
 
 def _indexed(attrs: Attrs, pattern: re.Pattern, prefix: str) -> dict[str, list[dict]]:
@@ -258,23 +295,13 @@ def _response_message(value: Any, mime_type: Any,
         return None
     if mime_type != "application/json":
         return {"role": "assistant", "content": value}
-    response = reading.json("output.value", value, dict, _RESPONSE_SHAPE)
+    response = reading.json("output.value", value, dict, RESPONSE_SHAPE)
     if response is None:
         return None
-    choices = response.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
-        choice = choices[0]
-        message = choice.get("message")
-        return dict(message) if isinstance(message, Mapping) else {"content": choice.get("text")}
-    if isinstance(response.get("output_text"), str):
-        return {"role": "assistant", "content": response["output_text"]}
-    output = response.get("output")  # Responses API: message items with output_text parts
-    if isinstance(output, list):
-        items = [o for o in output if isinstance(o, Mapping) and o.get("type") == "message"]
-        if items:
-            return {"role": "assistant", "content": items[-1].get("content")}
-    reading.note("output.value", f"wrong shape: expected {_RESPONSE_SHAPE}")
-    return None
+    message = openai_response_message(response)
+    if message is None:
+        reading.note("output.value", f"wrong shape: expected {RESPONSE_SHAPE}")
+    return message
 
 
 def _openllmetry_content(value: Any, side: str, reading: ContentReading) -> Any:

@@ -139,6 +139,8 @@ def _account(case: Any, policy: GatePolicy, held_sessions: Container[str],
     if case.invalid is not None:
         found["invalid"].append({"case_id": case.case_id, "invalid": case.invalid})
         return
+    if case.unjudged == "turn_stands":  # a session of one turn: its turn's verdicts stand
+        return
     if case.metrics is None:  # left unjudged: the only sampling in gate mode is the budget's
         found["budget"].append({"case_id": case.case_id, "unjudged": case.unjudged or "budget"})
         return

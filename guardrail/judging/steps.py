@@ -24,7 +24,7 @@ from typing import Any, Literal
 import orjson
 
 __all__ = ["Step", "StepKind", "steps_from_messages", "has_tool_activity", "as_text",
-           "plain_text", "json_value", "REDACTED"]
+           "plain_text", "json_value", "message_calls", "REDACTED"]
 
 #: What OpenInference writes in place of content it was told to hide.
 REDACTED = "__REDACTED__"
@@ -117,7 +117,7 @@ def _result_text(value: Any) -> str:
     return plain_text(text) if text else ""
 
 
-def _message_calls(message: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+def message_calls(message: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """``(name, arguments, id)`` of the tool calls an assistant message makes: OpenAI
     ``tool_calls`` / ``function_call``, OTel ``tool_call`` parts, ``tool_use`` blocks."""
     calls = []
@@ -185,7 +185,7 @@ def _message_steps(message: Mapping[str, Any], names: dict[str, str]) -> Iterabl
         results = _message_results(message) or [(call_id, _result_text(message.get("content")))]
         return _results(results, names)
     text = _content_text(message.get("parts") if "parts" in message else message.get("content"))
-    calls = _message_calls(message)
+    calls = message_calls(message)
     steps = _results(_message_results(message), names)
     if role == "user" and text.strip():
         steps.append(Step("user", 0, text))

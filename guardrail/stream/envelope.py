@@ -168,6 +168,8 @@ class DecodedRecord:
     notices: tuple[Notice, ...] = ()
     #: Spans of agent runs the record held (assembled into runs elsewhere).
     run_spans: tuple[Any, ...] = ()
+    #: The span conventions the record's answers were read in (``otlp``).
+    conventions: dict[str, int] = field(default_factory=dict)
 
 
 def _metadata(value: Any) -> dict[str, str]:
@@ -209,7 +211,8 @@ def decode_record(raw: bytes | None, *, max_bytes: int, source: Source,
         items.append((where, message_from_case(data, where, trace=header_trace,
                                                conversation_max_chars=conversation_max_chars,
                                                budgets=budgets)))
-    return DecodedRecord(items, dict(decoded.skipped), decoded.notices, decoded.run_spans)
+    return DecodedRecord(items, dict(decoded.skipped), decoded.notices, decoded.run_spans,
+                         dict(decoded.conventions))
 
 
 def _checked(raw: bytes | None, max_bytes: int) -> bytes:

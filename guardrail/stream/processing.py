@@ -47,8 +47,8 @@ from .envelope import (DEFAULT_CONVERSATION_CHARS, BadInput, DecodedRecord, Head
                        InputMessage, Source, decode_record, dlq_record, group_labels, result_value)
 from .events import JudgmentEvent, Status, bundled, encode_bundle
 from .sampling import Sampler
-from .session_turns import (TURN_HEADERS, counts_in_windows, message_unit, turn_record_value,
-                            window_labels)
+from .session_turns import (TURN_HEADERS, counts_in_windows, message_unit, standing_verdicts,
+                            turn_record_value, window_labels)
 from .settings import StreamGroups, WindowSettings, WorkerSettings
 from .outage import OutageWaits
 from .tally import JudgeTally
@@ -201,6 +201,8 @@ class MessageJudge(OutageWaits):
         """:meth:`process`, record by record: what each input record came to, and
         the batch's judgment-event bundles (one record may hold events of many)."""
         records, good = self._decode(batch)
+        standing = [case for case in good if standing_verdicts(case[2]) is not None]
+        good = [case for case in good if standing_verdicts(case[2]) is None]
         # Before any await: batches start in order, so the sampler sees each
         # partition's cases in (offset, index) order (its version counts need that).
         chosen = self._sample(good)
@@ -216,8 +218,8 @@ class MessageJudge(OutageWaits):
         # In input order, unsampled cases too: older releases' counters need it.
         next_verdict = iter(verdicts)
         events: list[JudgmentEvent] = []
-        floors = {} if floor_of is None else {
-            where: floor_of(*where) for where in {(s.topic, s.partition) for _, s, _ in good}}
+        floors = {} if floor_of is None else {where: floor_of(*where) for where in {
+            (s.topic, s.partition) for _, s, _ in good + standing}}
         for (record, source, msg), take in zip(good, chosen):
             verdict = next(next_verdict) if take else None
             floor = floors.get((source.topic, source.partition))
@@ -229,6 +231,11 @@ class MessageJudge(OutageWaits):
                 unjudged=None if take else "not_sampled", session_id=msg.session_id,
                 message=msg, rubrics=tuple(self.evaluator.effective_config(msg.case).metrics),
                 event_time_ms=_event_ms(source, msg)))
+        for record, source, msg in standing:  # a session of one turn: counted, not judged
+            if self.emit_judgments:
+                events.extend(self._events(msg, source, floors.get(
+                    (source.topic, source.partition)), standing_verdicts(msg) or []))
+            record.cases.append(CaseOutcome(msg.case.case_id or "", unjudged="turn_stands"))
         return records, self._bundles(events)
 
     def _turn(self, source: Source, message: InputMessage,

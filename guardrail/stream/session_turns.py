@@ -12,6 +12,10 @@ A session judgment counts in the windows apart from turns (the group label
 ``idle``), with that judgment's verdicts. Judgments while it goes on are
 published as results (and alerts on them come from the results), not counted
 again, so a rate per unit is a share of conversations, not of judgments.
+
+A session of one turn is not judged again: its closing case carries the turn's
+verdicts (``session_block.turn_verdicts``) and :func:`standing_verdicts` gives
+them, counted under ``unit=session`` without a judge call and without a result.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from .envelope import InputMessage
 from .events import UNIT_LABEL
 
 __all__ = ["turn_of", "turn_record_value", "TURN_HEADERS", "UNIT_LABEL", "counts_in_windows",
-           "window_labels", "message_unit"]
+           "window_labels", "message_unit", "standing_verdicts"]
 
 
 def turn_of(message: InputMessage, verdict: RedteamMetrics | None, *, event_ms: int) -> Turn:
@@ -31,10 +35,12 @@ def turn_of(message: InputMessage, verdict: RedteamMetrics | None, *, event_ms: 
     (``guardrail inputs check`` makes the same turns, unjudged)."""
     case = message.case
     flagged = tuple(m.name for m in verdict.metrics if m.unsafe or m.unsure) if verdict else ()
+    verdicts = {m.name: "error" if m.error else ("unsafe" if m.unsafe else "safe")
+                for m in verdict.metrics} if verdict else {}
     trace = message.trace or {}
     return Turn(turn_id=case.case_id or "", started_ms=event_ms, user=case.input or "",
                 answer=case.output or "", steps=case.trajectory, flagged=bool(flagged),
-                flagged_metrics=flagged, trace_id=trace.get("trace_id"),
+                flagged_metrics=flagged, verdicts=verdicts, trace_id=trace.get("trace_id"),
                 span_id=trace.get("span_id"), metadata=dict(message.metadata))
 
 
@@ -48,6 +54,16 @@ def counts_in_windows(message: InputMessage) -> bool:
     """Do this case's verdicts count in the windows? Every turn's do; a session
     judgment's only when it closes the session."""
     return message.session is None or message.session.get("trigger") == "idle"
+
+
+def standing_verdicts(message: InputMessage) -> list[tuple[str, str, tuple[str, ...]]] | None:
+    """``(metric, status, evidence)`` of the one turn that stands for its session
+    (counted, not judged); None for a case to judge."""
+    found = (message.session or {}).get("turn_verdicts")
+    if not isinstance(found, dict) or not found:
+        return None
+    return [(str(metric), status if status in ("safe", "unsafe", "error") else "error", ())
+            for metric, status in found.items()]
 
 
 def message_unit(message: InputMessage) -> str:

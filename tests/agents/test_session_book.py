@@ -103,11 +103,12 @@ def test_the_sweep_ticks_a_session_again_as_soon_as_its_judgment_is_done():
     # (a flagged turn, n more turns) waited up to 5 s for its next judgment.
     s = _sessions(session_judge_every=1)
     s.turn("c1", 1)
+    s.turn("c1", 2)
     now = int(time.time() * 1000)
     assert s.assembler.ticks_to_send(now) == [("c1", b"")]
     assert s.assembler.ticks_to_send(now + 1000) == []  # the tick is on its way
     s.judge("c1")
-    s.turn("c1", 2, flagged=True)
+    s.turn("c1", 3, flagged=True)
     assert s.assembler.ticks_to_send(now + 2000) == [("c1", b"")]
     assert s.judge("c1")["session_block"]["trigger"] == "turn_flagged"
 

@@ -13,15 +13,15 @@ fires only when the transcript holds both of its parts.
 from __future__ import annotations
 
 import asyncio
-import random
 
 import orjson
 import pytest
 from support.agent_traffic import ScriptedModel
-from support.harness import StreamEnv, TopicWatcher, poll, worker_page, worker_ready
-from support.run_traffic import produce_spread
+from support.harness import StreamEnv, TopicWatcher, worker_page
+from support.run_traffic import produce_spread, worker_fed
 from support.session_faults import session_crash_scenario
-from support.session_traffic import SMALL_TALK, SPLIT_PHISHING, converse
+from support.session_traffic import (SMALL_TALK, SPLIT_PHISHING, closing_judgments, converse,
+                                     shuffled)
 
 from guardrail.stream.events import decode_events
 
@@ -35,19 +35,6 @@ SESSION_METRICS = {"bias", "toxicity", "multi_turn_jailbreak", "conversation_har
 def _verdicts(result: dict) -> dict[str, str]:
     return {m["name"]: m["result"][0]["verdict"] if m["result"] else "ERROR"
             for m in result["metrics"]}
-
-
-def _shuffled(records: list[bytes], seed: int) -> list[tuple[int, bytes]]:
-    rng = random.Random(seed)
-    placed = [(rng.randrange(2), record) for record in records]
-    rng.shuffle(placed)
-    return placed
-
-
-def _closing(results: list[dict]) -> dict[str, dict]:
-    """The closing judgment of each session, by session id (the latest one)."""
-    return {r["session"]["id"]: r for r in results
-            if "session" in r and r["session"]["trigger"] == "idle"}
 
 
 def _session_events(bootstrap: str, topic: str, expect: int) -> list:
@@ -77,12 +64,9 @@ def test_conversations_are_judged_whole_while_turns_stay_safe_alone(kafka_bootst
     records = [r for t in traffic.values() for r in t.records()]
     env = StreamEnv(kafka_bootstrap, thread_judge.api_base, tmp_path, **SETTINGS)
     try:
-        assert env.cli("produce", "--input", "/dev/null").returncode == 0  # the topics, first
-        worker = env.start_worker()
-        assert poll(lambda: worker_ready(worker), 60), env.logs()[-3000:]
-        asyncio.run(produce_spread(env.bootstrap, env.topic("input"), _shuffled(records, 7)))
+        worker = worker_fed(env, shuffled(records, 7))
         with TopicWatcher(env.bootstrap, env.topic("results")) as results:
-            assert results.wait_for(lambda r: len(_closing(r)) >= 4, timeout=120), \
+            assert results.wait_for(lambda r: len(closing_judgments(r)) >= 4, timeout=120), \
                 env.logs()[-3000:]
             events = _session_events(env.bootstrap, env.topic("judgments"),
                                      4 * len(SESSION_METRICS))
@@ -99,7 +83,7 @@ def test_conversations_are_judged_whole_while_turns_stay_safe_alone(kafka_bootst
     # Every turn judged on its own, as before: each SAFE, the attack's included.
     assert len({r["case_id"] for r in turns}) == 12 + 1, sorted(r["case_id"] for r in turns)
     assert all(set(_verdicts(r).values()) == {"SAFE"} for r in turns)
-    closing = _closing(got)
+    closing = closing_judgments(got)
     assert sorted(closing) == ["attack-oi", "attack-pa", "chat-oi", "chat-pa"]
     for session_id, result in closing.items():
         script = SPLIT_PHISHING if session_id.startswith("attack") else SMALL_TALK

@@ -150,7 +150,7 @@ def test_association_keys_are_configurable_and_the_default_is_the_settings():
     assert TraceConversations().resolve([("t", attrs)]) == ["s-1"]
     settings = SessionSettings(session_association_keys="thread, chat_id")
     decoder = build_decoder(InputSettings(input_format="otlp"), settings)
-    assert decoder.conversations.names[3:5] == ("traceloop.association.properties.thread",
+    assert decoder.conversations.names[4:6] == ("traceloop.association.properties.thread",
                                                 "traceloop.association.properties.chat_id")
 
 

@@ -46,6 +46,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from .otel_traffic import otlp_proto, recording_provider
 
 __all__ = ["AgentRun", "ToolStep", "Scenario", "SCENARIOS", "FRAMEWORKS", "ScriptedModel",
+           "LoopbackServer",
            "available_frameworks", "run_agent", "spread"]
 
 INSTRUCTIONS = "You are a mail assistant. Use the tools to do what the user asks."
@@ -104,7 +105,24 @@ class AgentRun:
     tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # as run
 
 
-class ScriptedModel:
+class LoopbackServer:
+    """An HTTP server on a free loopback port, served from a thread while entered."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], path: str = "") -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}{path}"
+
+    def __enter__(self):  # the subclass's own type
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class ScriptedModel(LoopbackServer):
     """An OpenAI-compatible server playing each run's model: ``/v1/chat/completions``
     (plain or streamed) and ``/v1/responses`` (plain).
 
@@ -116,17 +134,7 @@ class ScriptedModel:
     def __init__(self) -> None:
         self.scripts: dict[str, Scenario] = {}
         self.requests: list[dict[str, Any]] = []  # every request body, for debugging
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    def __enter__(self) -> ScriptedModel:
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(_handler_for(self), "/v1")
 
     def register(self, scenario: Scenario) -> str:
         name = f"scripted-{scenario.name}-{len(self.scripts)}"

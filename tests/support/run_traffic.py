@@ -23,7 +23,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from support.otel_traffic import otlp_proto, recording_provider
 
-__all__ = ["SyntheticRun", "agent_run", "spread", "chat_span_record", "produce_spread"]
+__all__ = ["SyntheticRun", "agent_run", "spread", "chat_span_record", "produce_spread", "worker_fed"]
 
 
 @dataclass
@@ -134,3 +134,15 @@ async def produce_spread(bootstrap: str, topic: str, records: list[tuple[int, by
         await asyncio.gather(*futures)
     finally:
         await producer.stop()
+
+
+def worker_fed(env: Any, placed: list[tuple[int, bytes]]) -> Any:
+    """Make ``env``'s topics, start a worker, wait until it is ready, then produce
+    ``placed`` (``(partition, value)``) to its input topic; the worker process."""
+    from support.harness import poll, worker_ready
+
+    assert env.cli("produce", "--input", "/dev/null").returncode == 0  # the topics, first
+    worker = env.start_worker()
+    assert poll(lambda: worker_ready(worker), 60), env.logs()[-3000:]
+    asyncio.run(produce_spread(env.bootstrap, env.topic("input"), placed))
+    return worker

@@ -34,6 +34,7 @@ the second of each …), each in its own trace, so their start times interleave 
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -46,7 +47,7 @@ from .agent_traffic import Scenario, ScriptedModel, run_agent
 from .otel_traffic import openai_app_spans, otlp_proto, recording_provider
 
 __all__ = ["CONVENTIONS", "Turn", "SessionTraffic", "converse", "SPLIT_PHISHING",
-           "SMALL_TALK"]
+           "SMALL_TALK", "shuffled", "closing_judgments"]
 
 CONVENTIONS = ("openinference", "pydantic_ai", "otel_parent")
 #: The official instrumentation's opt-ins for content on the span (read per call).
@@ -165,3 +166,17 @@ def _turn(conversation_id: str, index: int, user: str, answer: str,
         raise AssertionError(f"turn {index} of {conversation_id}: {len(traces)} traces")
     return Turn(conversation_id, index, user, answer, traces.pop(),
                 tuple(span.span_id.hex() for span in spans), tuple(records))
+
+
+def shuffled(records: Sequence[bytes], seed: int, partitions: int = 2) -> list[tuple[int, bytes]]:
+    """``(partition, record)`` for each record, on a random partition, in a random order."""
+    rng = random.Random(seed)
+    placed = [(rng.randrange(partitions), record) for record in records]
+    rng.shuffle(placed)
+    return placed
+
+
+def closing_judgments(results: Sequence[dict]) -> dict[str, dict]:
+    """The closing judgment of each session in ``results``, by session id (the latest one)."""
+    return {r["session"]["id"]: r for r in results
+            if "session" in r and r["session"]["trigger"] == "idle"}

@@ -37,7 +37,7 @@ import orjson
 from ...formats.otlp_conventions import SpanEvent
 from ...judging.steps import REDACTED, as_text, json_value, plain_text
 
-__all__ = ["ToolCall", "as_text", "plain_text", "unwrap_entity", "merged_events",
+__all__ = ["ToolCall", "as_text", "plain_text", "unwrap_entity", "merged_events", "tool_name",
            "tool_call_of", "requested_calls", "text_turns", "agent_request", "agent_answer",
            "legacy_exchange", "DETAILS_EVENT"]
 
@@ -140,7 +140,7 @@ def _blocks_text(blocks: Sequence[Mapping]) -> str:
 
 # -- tool spans -----------------------------------------------------------------------------
 
-def _tool_name(attrs: Attrs, span_name: str) -> str:
+def tool_name(attrs: Attrs, span_name: str) -> str:
     for key in ("gen_ai.tool.name", "tool.name"):
         if isinstance(attrs.get(key), str) and attrs[key]:
             return attrs[key]
@@ -175,7 +175,7 @@ def tool_call_of(attrs: Attrs, events: Sequence[SpanEvent], span_name: str) -> T
         result = next((as_text(e.attributes.get("message")) for e in events
                        if e.name == "gen_ai.choice"), None)
     call_id = as_text(attrs.get("gen_ai.tool.call.id"))
-    return ToolCall(_tool_name(attrs, span_name), arguments,
+    return ToolCall(tool_name(attrs, span_name), arguments,
                     plain_text(result) if result is not None else None, call_id)
 
 

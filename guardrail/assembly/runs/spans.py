@@ -34,7 +34,10 @@ import orjson
 
 from ...formats.otlp_attributes import DEFAULT_LABELS, _attributes, _label_values, _trace
 from ...formats.otlp_conventions import SpanEvent, is_genai, read_exchange
+from ...formats.otlp_frameworks import plain_attributes
 from ...formats.otlp_sessions import TraceConversations
+from .framework_spans import (framework_answer, framework_kind, framework_request,
+                              framework_signal, framework_tool)
 from .span_reading import (agent_answer, agent_request, as_text, legacy_exchange,
                            merged_events, requested_calls, semconv_turns, text_turns,
                            tool_call_of)
@@ -104,6 +107,9 @@ class RunSpan:
     #: trace's: :class:`~guardrail.formats.otlp_sessions.TraceConversations`).
     #: Absent from spans written before sessions: None.
     conversation_id: str | None = None
+    #: The convention an LLM span's answer was read in (``langfuse`` …), for
+    #: ``guardrail inputs check``; never written (:meth:`to_bytes` leaves it out).
+    convention: str | None = field(default=None, compare=False)
 
     def to_bytes(self) -> bytes:
         """Compact JSON, without the fields at their defaults."""
@@ -133,8 +139,9 @@ class RunSpan:
         return len(self.to_bytes())
 
 
-#: RunSpan's fields in order, read once (RunSpan.to_bytes, _checked).
-_SPAN_FIELDS = tuple(f.name for f in fields(RunSpan))
+#: RunSpan's fields in order, read once (RunSpan.to_bytes, _checked); the convention
+#: stays in the process that read the span (older workers reject unknown fields).
+_SPAN_FIELDS = tuple(f.name for f in fields(RunSpan) if f.name != "convention")
 
 
 def _checked(data: dict[str, Any]) -> dict[str, Any]:
@@ -205,7 +212,7 @@ def run_signal(attrs: Mapping[str, Any], scope_name: str) -> bool:
         return True
     if _lower(attrs.get("traceloop.span.kind")) in ("agent", "workflow", "tool"):
         return True
-    if any(attrs.get(key) for key in _AGENT_ATTRIBUTES):
+    if any(attrs.get(key) for key in _AGENT_ATTRIBUTES) or framework_signal(attrs):
         return True
     return _scope_is_agent(scope_name)
 
@@ -224,6 +231,9 @@ def span_kind(attrs: Mapping[str, Any], events: Sequence[SpanEvent], scope_name:
     traceloop = _lower(attrs.get("traceloop.span.kind"))
     if traceloop:  # OpenLLMetry marks its own spans (task, handoff …); model calls carry none
         return {"agent": "agent", "workflow": "agent", "tool": "tool"}.get(traceloop, "other")
+    framework = framework_kind(attrs)  # Langfuse, MLflow, Vercel AI: their own kinds
+    if framework is not None:
+        return framework
     if operation and operation not in _MODEL_OPERATIONS:
         return "other"
     if is_genai(attrs, (e.name for e in events)):
@@ -236,7 +246,7 @@ def span_kind(attrs: Mapping[str, Any], events: Sequence[SpanEvent], scope_name:
 def _agent_name(attrs: Mapping[str, Any], kind: SpanKind) -> str | None:
     names = ["gen_ai.agent.name", "agent.name", "agent_name"]
     if kind == "agent":
-        names.append("traceloop.entity.name")
+        names += ["traceloop.entity.name", "ai.telemetry.functionId"]
     return next((text for key in names if (text := as_text(attrs.get(key)))), None)
 
 
@@ -263,6 +273,8 @@ def read_run_span(span: Any, attrs: dict[str, Any], resource: dict[str, Any], sc
     events = merged_events([SpanEvent(e.name, _attributes(e.attributes)) for e in span.events])
     kind = span_kind(attrs, events, scope_name)
     agent_name = _agent_name(attrs, kind)
+    if agent_name is None and kind == "agent" and framework_kind(attrs) == "agent":
+        agent_name = span.name or None  # Langfuse and MLflow name it by the observation
     agent_version = _agent_version(attrs, resource, kind)
     found = _label_values(labels, attrs, resource)
     if agent_name:
@@ -282,12 +294,13 @@ def _content(kind: SpanKind, attrs: Mapping[str, Any], events: Sequence[SpanEven
              name: str) -> dict[str, Any]:
     """The fields of a span's kind: a tool's call, a model's turn, an agent's request."""
     if kind == "tool":
-        call = tool_call_of(attrs, events, name)
+        call = framework_tool(attrs, name) or tool_call_of(attrs, events, name)
         return {"tool_name": call.name, "tool_arguments": call.arguments,
                 "tool_result": call.result, "tool_call_id": call.id}
     if kind == "agent":
-        return {"messages": tuple(agent_request(attrs, events)),
-                "output": agent_answer(attrs, events)}
+        request = framework_request(attrs)
+        return {"messages": tuple(agent_request(attrs, events) if request is None else request),
+                "output": framework_answer(attrs) or agent_answer(attrs, events)}
     if kind != "llm":
         return {}
     exchange = read_exchange(attrs, events)
@@ -297,15 +310,17 @@ def _content(kind: SpanKind, attrs: Mapping[str, Any], events: Sequence[SpanEven
     output = exchange.output if exchange is not None else None
     if not turns and output is None:
         turns, output = legacy_exchange(events)
-    return {"messages": tuple(turns or ()), "output": output,
-            "tool_calls": requested_calls(attrs, events)}
+    calls = requested_calls(attrs, events) or (exchange.calls if exchange is not None else ())
+    return {"messages": tuple(turns or ()), "output": output, "tool_calls": tuple(calls),
+            "convention": exchange.convention if exchange is not None else None}
 
 
 def run_spans_of(request: Any, labels: Mapping[str, Sequence[str]] = DEFAULT_LABELS,
                  ) -> Iterator[RunSpan]:
     """Every span of an ``ExportTraceServiceRequest`` with valid ids, as a :class:`RunSpan`
     (conversation ids read with the default association keys, within the request)."""
-    spans = [(span, _attributes(span.attributes), _attributes(resource_spans.resource.attributes),
+    spans = [(span, plain_attributes(_attributes(span.attributes)),
+              _attributes(resource_spans.resource.attributes),
               scope_spans.scope.name)
              for resource_spans in request.resource_spans
              for scope_spans in resource_spans.scope_spans for span in scope_spans.spans]

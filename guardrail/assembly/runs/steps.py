@@ -34,6 +34,7 @@ def steps_from_spans(spans: Sequence[RunSpan], root_id: str | None) -> list[Step
     parent is not in the run is shown under the root; spans of other kinds (chains,
     event-loop cycles) show nothing themselves but their children."""
     by_id = {s.span_id: s for s in spans}
+    by_id = {i: s for i, s in by_id.items() if not _echo(s, by_id)}
     root_id = root_id if root_id in by_id else None
     children: dict[str | None, list[RunSpan]] = {}
     for span in by_id.values():
@@ -51,6 +52,14 @@ def steps_from_spans(spans: Sequence[RunSpan], root_id: str | None) -> list[Step
     _walk(sorted((s for s in by_id.values() if s.span_id not in seen), key=_start), 0,
           children, shown, seen, steps)
     return steps
+
+
+def _echo(span: RunSpan, by_id: Mapping[str, RunSpan]) -> bool:
+    """A model call recorded twice: a span without content under the model call
+    span that has it (ADK's legacy ``call_llm`` over its ``generate_content``)."""
+    parent = by_id.get(span.parent_id or "")
+    return (span.kind == "llm" and parent is not None and parent.kind == "llm"
+            and not (span.output or span.messages or span.tool_calls))
 
 
 def _walk(tops: Sequence[RunSpan], depth: int, children: Mapping[str | None, list[RunSpan]],

@@ -11,7 +11,10 @@ it keeps its turns after a judgment. Its header says when it is due::
 Triggers, in this order: ``resumed`` (a turn came after the session closed),
 ``turn_flagged`` (a new turn's own verdict was UNSAFE or unsure), ``every_n``
 (``judge_every`` new turns since the last judgment), ``idle`` (no turn for
-``idle_seconds``: judged once more and closed). Times are the worker's wall
+``idle_seconds``: judged once more and closed). A session is judged as a session
+from its second turn: a conversation of one turn (Pydantic AI makes up an id for
+every run without history) closes on ``idle`` with its turn's verdict standing
+for it (:func:`stands_in`), and no judge call. Times are the worker's wall
 clock when a turn was applied (quiet on the stream); the turns' own start
 times order the transcript and fill the session block.
 
@@ -31,6 +34,7 @@ from ..base import AddOutcome, Book, State
 from .turns import Turn
 
 __all__ = ["SessionHeader", "SessionLimits", "SessionBook", "Trigger", "due", "recount",
+           "stands_in",
            "FORGET_AFTER_MIN_SECONDS"]
 
 Trigger = Literal["every_n", "turn_flagged", "idle", "resumed"]
@@ -97,10 +101,18 @@ class SessionHeader:
             raise ValueError(f"not a session header: {exc}") from None
 
 
+def stands_in(header: SessionHeader) -> bool:
+    """A session of one turn: its turn's own verdict stands for it."""
+    return header.turns < 2
+
+
 def due(header: SessionHeader, *, now_ms: int, limits: SessionLimits) -> Trigger | None:
-    """Whether an open session is to be judged now, and why."""
+    """Whether an open session is to be judged now, and why (a session of one turn
+    only on ``idle``: its turn was judged already)."""
     if header.state != "open":
         return None
+    if stands_in(header):
+        return "idle" if now_ms - header.last_ms >= limits.idle_seconds * 1000 else None
     new_turns = header.turns - header.judged_turns
     if new_turns > 0 and header.resumed:
         return "resumed"

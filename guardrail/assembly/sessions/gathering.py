@@ -16,7 +16,7 @@ from typing import Any
 
 from ..base import SESSION_TURN_KIND
 from ..._event_time import utc_iso
-from .book import SessionBook, SessionHeader, SessionLimits, due, recount
+from .book import SessionBook, SessionHeader, SessionLimits, due, recount, stands_in
 from .settings import SessionSettings
 from .transcript import ordered_turns
 from .turns import Turn
@@ -80,6 +80,10 @@ class SessionGathering:
             if latest.trace_id and latest.span_id:
                 case["trace"] = {"trace_id": latest.trace_id, "span_id": latest.span_id}
         case["session_block"] = session_block(key, header, turns)
+        if stands_in(header) and latest is not None and latest.verdicts:
+            # One turn: its verdict is counted for the session, no judge call
+            # (a turn without verdicts, from an older release, is judged as before).
+            case["session_block"]["turn_verdicts"] = dict(latest.verdicts)
         return case
 
     def finish(self, key: str, header: SessionHeader, *, now_ms: int) -> list[str]:

@@ -40,9 +40,13 @@ class SessionSettings(BaseModel):
     session_max_chars: int = Field(default=24_000, ge=1000)
     """Longest transcript the judge reads, in characters: the first turn and the
     latest ones are kept, with a marker saying how many turns between were cut."""
-    session_association_keys: tuple[str, ...] = ("session_id", "conversation_id")
-    """OpenLLMetry association property keys (``traceloop.association.properties.<key>``)
-    read as a conversation id, in order."""
+    session_association_keys: tuple[str, ...] = ("session_id", "conversation_id", "sessionId",
+                                                 "conversationId")
+    """Keys of an app's trace metadata read as a conversation id, in order, under each
+    client's prefix: OpenLLMetry's association properties
+    (``traceloop.association.properties.<key>``), the Vercel AI SDK's telemetry metadata
+    (``ai.telemetry.metadata.<key>``), Langfuse's trace metadata
+    (``langfuse.trace.metadata.<key>``) and MLflow's trace tags (``mlflow.traceTag.<key>``)."""
 
     @field_validator("session_association_keys", mode="before")
     @classmethod

@@ -12,7 +12,7 @@ by arrival::
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import orjson
@@ -38,6 +38,9 @@ class Turn:
     flagged: bool = False
     #: The metrics whose verdict flagged the turn (shown on the review page).
     flagged_metrics: tuple[str, ...] = ()
+    #: Each metric's verdict on the turn (``safe``, ``unsafe``, ``error``): what a
+    #: session of this one turn counts in the windows (its verdict stands for it).
+    verdicts: dict[str, str] = field(default_factory=dict)
     trace_id: str | None = None
     span_id: str | None = None
     #: The turn's labels (model, model version, agent …).
@@ -55,6 +58,10 @@ class Turn:
                 raise TypeError("not an object")
             if "flagged_metrics" in data:
                 data["flagged_metrics"] = tuple(data["flagged_metrics"])
-            return cls(**data)
+            # A newer release's fields are left out: the turn is still this one.
+            return cls(**{k: v for k, v in data.items() if k in _FIELDS})
         except (orjson.JSONDecodeError, TypeError) as exc:
             raise ValueError(f"not a session turn: {exc}") from None
+
+
+_FIELDS = frozenset(f.name for f in fields(Turn))
