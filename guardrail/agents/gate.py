@@ -28,6 +28,14 @@ durably (:meth:`GateForwarder.settled`), in offset order as always: the committe
 offset never passes a record that is not on the approved or held topic, the DLQ or
 kept parked in the gate table.
 
+**Partitions given up.** At the end of a rebalance's revoke phase the revoked
+partitions may be read by their next owner at once, and it decides their records
+from the gate table as it reads it then: from that moment this worker keeps no
+more decisions and starts no more forwards of their records (:meth:`GateForwarder.fence`),
+nor once its judging agent stopped. Faust's revoke phase finishes and acks what is in
+flight before it ends, except when the worker is stopping (a rolling restart: the
+new worker joins as the old one drains), when it waits for nothing.
+
 **Back-pressure.** At most ``gate_max_waiting`` records are between reading and
 forwarding (being judged, waiting behind an earlier one, parked): the judging agent
 reads nothing more until some leave.
@@ -38,7 +46,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -98,6 +106,9 @@ class GateForwarder:
         self._lane_tail: dict[Hashable, asyncio.Future[None]] = {}
         self._passages: dict[tuple[int, int], Passage] = {}
         self._partitions: set[int] = set()
+        #: Partitions given up since the last rebuild (see fence()); all once stopped.
+        self._fenced: set[int] = set()
+        self._stopped = False
         self.unjudged_since_report = 0
 
     # -- through the gate ------------------------------------------------------------------
@@ -136,10 +147,10 @@ class GateForwarder:
         else:
             judgment, outgoing = await judge_one(passage.raw)
             decision = decide(judgment, self.policy, held_sessions=self.held_sessions)
-            if self.order.holds(passage.ticket):  # not if its partition moved meanwhile
+            if self._owns(passage.ticket):  # not if its partition moved meanwhile
                 await self._keep(passage.raw, Entry("decided", decision, tuple(outgoing)),
                                  confirm=True)
-        if not self.order.holds(passage.ticket):
+        if not self._owns(passage.ticket):
             return outgoing  # its partition's next owner reads it again; its acks count no more
         passage.decided_at = time.monotonic()
         s = passage.raw.source
@@ -177,6 +188,8 @@ class GateForwarder:
 
     async def _place(self, release: Release) -> None:
         ticket = release.ticket
+        if self.fenced(ticket.partition):
+            return  # its next owner places it; rebuild() settles its passage
         if release.action == "forward":
             await self._forward(ticket)
         elif release.action == "park":
@@ -299,20 +312,45 @@ class GateForwarder:
 
     # -- rebalances ------------------------------------------------------------------------
 
+    def fence(self, partitions: Iterable[int] | None = None) -> None:
+        """Keep no more decisions and start no more forwards of the records of
+        ``partitions`` (None: of every partition, for good: the agent stopped).
+
+        Called at the end of each revoke phase with the revoked input partitions:
+        their next owner may read them from then on, deciding each record from the
+        gate table as it reads it, so a decision kept or a forward started here
+        afterwards could differ from its own. Their passages stay unsettled (acked
+        now, in this generation, a record not forwarded could be committed):
+        :meth:`rebuild` settles them after the assignment, when their acks no
+        longer count, and lifts the fence on the partitions assigned again."""
+        if partitions is None:
+            self._stopped = True
+        else:
+            self._fenced.update(partitions)
+
+    def fenced(self, partition: int) -> bool:
+        return self._stopped or partition in self._fenced
+
+    def _owns(self, ticket: Ticket) -> bool:
+        return self.order.holds(ticket) and not self.fenced(ticket.partition)
+
     def rebuild(self) -> None:
         """After the table's recovery: forget the partitions this worker lost (their
         records are read again by the next owner), and restore the blocked keys and
         parked records of the ones it gained."""
         assigned = {tp.partition for tp in self.app.consumer.assignment()
                     if tp.topic == self.input_topic}
-        for partition in self._partitions - assigned:
+        # A fenced partition assigned again is read again from its committed offset:
+        # what was left of it here is forgotten, and restored from the table.
+        for partition in (self._partitions - assigned) | self._fenced:
             self.order.drop_partition(partition)
             for (p, o), passage in list(self._passages.items()):
                 if p == partition:
                     self._passages.pop((p, o))
                     if not passage.settled.done():
                         passage.settled.set_result(None)  # its acks no longer count
-        gained = assigned - self._partitions
+        gained = assigned - (self._partitions - self._fenced)
+        self._fenced.clear()
         blocked, parked = [], []
         for key, value in self.table.data.items():
             partition, offset = parse_entry_key(key)
@@ -370,6 +408,8 @@ def register(runtime: WorkerRuntime) -> GateForwarder:
         gate.rebuild()
 
     table.on_recover(rebuild)
+    app.after_revoke(lambda revoked: gate.fence(
+        {tp.partition for tp in revoked if tp.topic == gate.input_topic}))
 
     @app.timer(PRUNE_SECONDS)
     async def prune_gate_table() -> None:
