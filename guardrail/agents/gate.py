@@ -119,10 +119,16 @@ class GateForwarder:
 
     async def admit(self, raw: RawMessage) -> Passage:
         """Wait for room, then let ``raw`` in; records of a partition are admitted
-        in offset order."""
+        in offset order. A record the consumer delivers again while it is still on
+        its way through the gate (it reads a partition again from a position it
+        sought back to) is not let in twice: its passage settles with the first's,
+        and it publishes nothing."""
+        s = raw.source
+        first = self._passages.get((s.partition, s.offset))
+        if first is not None:  # delivered again while on its way here: it follows the first
+            return Passage(raw, None, None, settled=first.settled)
         async with self._room:
             await self._room.wait_for(lambda: self.waiting < self.gate.gate_max_waiting)
-        s = raw.source
         entry = self.entry(s.partition, s.offset)
         ticket = None
         if entry is None or entry.state == "decided":
