@@ -133,7 +133,8 @@ def kafka_bootstrap(request):
 #: the files with the most tests first, which left these few-test long ones for
 #: the end, where the suite then waited on one of them). Others follow by name.
 LONG_FILES_FIRST = (
-    "test_docs_examples.py", "test_faults.py", "test_gate_stream.py", "test_local_model.py",
+    "test_docs_examples.py", "test_gate_faults.py", "test_faults.py", "test_gate_stream.py",
+    "test_local_model.py",
     "test_cli.py",
     "test_stop.py", "test_cluster_replication.py", "test_stream.py",
     "test_agent_runs_stream.py", "test_changelog_start.py", "test_sampling_stream.py",

@@ -28,13 +28,8 @@ durably (:meth:`GateForwarder.settled`), in offset order as always: the committe
 offset never passes a record that is not on the approved or held topic, the DLQ or
 kept parked in the gate table.
 
-**Partitions given up.** At the end of a rebalance's revoke phase the revoked
-partitions may be read by their next owner at once, and it decides their records
-from the gate table as it reads it then: from that moment this worker keeps no
-more decisions and starts no more forwards of their records (:meth:`GateForwarder.fence`),
-nor once its judging agent stopped. Faust's revoke phase finishes and acks what is in
-flight before it ends, except when the worker is stopping (a rolling restart: the
-new worker joins as the old one drains), when it waits for nothing.
+**Partitions given up** (revoked, or all once the judging agent stopped) are fenced:
+no decision kept, no forward started for their records (:mod:`.gate_fence`).
 
 **Back-pressure.** At most ``gate_max_waiting`` records are between reading and
 forwarding (being judged, waiting behind an earlier one, parked): the judging agent
@@ -46,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +53,7 @@ from ..gate.order import Release, ReleaseOrder, Ticket
 from ..gate.records import forwarded
 from ..gate.state import Entry, entry_key, parse_entry_key
 from ..stream.processing import Outgoing, RawMessage, RecordJudgment
+from .gate_fence import Fence
 
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime
@@ -106,9 +102,7 @@ class GateForwarder:
         self._lane_tail: dict[Hashable, asyncio.Future[None]] = {}
         self._passages: dict[tuple[int, int], Passage] = {}
         self._partitions: set[int] = set()
-        #: Partitions given up since the last rebuild (see fence()); all once stopped.
-        self._fenced: set[int] = set()
-        self._stopped = False
+        self.fence = Fence()  # partitions given up: app.after_revoke, the agent's stop
         self.unjudged_since_report = 0
 
     # -- through the gate ------------------------------------------------------------------
@@ -119,14 +113,10 @@ class GateForwarder:
 
     async def admit(self, raw: RawMessage) -> Passage:
         """Wait for room, then let ``raw`` in; records of a partition are admitted
-        in offset order. A record the consumer delivers again while it is still on
-        its way through the gate (it reads a partition again from a position it
-        sought back to) is not let in twice: its passage settles with the first's,
-        and it publishes nothing."""
+        in offset order (one delivered again while on its way here follows the first)."""
         s = raw.source
-        first = self._passages.get((s.partition, s.offset))
-        if first is not None:  # delivered again while on its way here: it follows the first
-            return Passage(raw, None, None, settled=first.settled)
+        if (first := self._passages.get((s.partition, s.offset))) is not None:
+            return Passage(raw, None, None, settled=first.settled)  # publishes nothing
         async with self._room:
             await self._room.wait_for(lambda: self.waiting < self.gate.gate_max_waiting)
         entry = self.entry(s.partition, s.offset)
@@ -163,6 +153,9 @@ class GateForwarder:
         await self._release(self.order.decide(s.partition, s.offset, decision))
         return outgoing
 
+    def _owns(self, ticket: Ticket) -> bool:
+        return self.order.holds(ticket) and ticket.partition not in self.fence
+
     async def settled(self, raw: RawMessage) -> None:
         """Return once ``raw`` is forwarded, or parked durably (or its partition is gone)."""
         passage = self._passages.get((raw.source.partition, raw.source.offset))
@@ -194,7 +187,7 @@ class GateForwarder:
 
     async def _place(self, release: Release) -> None:
         ticket = release.ticket
-        if self.fenced(ticket.partition):
+        if ticket.partition in self.fence:
             return  # its next owner places it; rebuild() settles its passage
         if release.action == "forward":
             await self._forward(ticket)
@@ -318,45 +311,21 @@ class GateForwarder:
 
     # -- rebalances ------------------------------------------------------------------------
 
-    def fence(self, partitions: Iterable[int] | None = None) -> None:
-        """Keep no more decisions and start no more forwards of the records of
-        ``partitions`` (None: of every partition, for good: the agent stopped).
-
-        Called at the end of each revoke phase with the revoked input partitions:
-        their next owner may read them from then on, deciding each record from the
-        gate table as it reads it, so a decision kept or a forward started here
-        afterwards could differ from its own. Their passages stay unsettled (acked
-        now, in this generation, a record not forwarded could be committed):
-        :meth:`rebuild` settles them after the assignment, when their acks no
-        longer count, and lifts the fence on the partitions assigned again."""
-        if partitions is None:
-            self._stopped = True
-        else:
-            self._fenced.update(partitions)
-
-    def fenced(self, partition: int) -> bool:
-        return self._stopped or partition in self._fenced
-
-    def _owns(self, ticket: Ticket) -> bool:
-        return self.order.holds(ticket) and not self.fenced(ticket.partition)
-
     def rebuild(self) -> None:
         """After the table's recovery: forget the partitions this worker lost (their
         records are read again by the next owner), and restore the blocked keys and
         parked records of the ones it gained."""
         assigned = {tp.partition for tp in self.app.consumer.assignment()
                     if tp.topic == self.input_topic}
-        # A fenced partition assigned again is read again from its committed offset:
-        # what was left of it here is forgotten, and restored from the table.
-        for partition in (self._partitions - assigned) | self._fenced:
+        fenced = self.fence.lift()  # given up, maybe assigned again: read again from its commit
+        for partition in (self._partitions - assigned) | fenced:
             self.order.drop_partition(partition)
             for (p, o), passage in list(self._passages.items()):
                 if p == partition:
                     self._passages.pop((p, o))
                     if not passage.settled.done():
                         passage.settled.set_result(None)  # its acks no longer count
-        gained = assigned - (self._partitions - self._fenced)
-        self._fenced.clear()
+        gained = assigned - (self._partitions - fenced)
         blocked, parked = [], []
         for key, value in self.table.data.items():
             partition, offset = parse_entry_key(key)
@@ -414,7 +383,7 @@ def register(runtime: WorkerRuntime) -> GateForwarder:
         gate.rebuild()
 
     table.on_recover(rebuild)
-    app.after_revoke(lambda revoked: gate.fence(
+    app.after_revoke(lambda revoked: gate.fence.add(
         {tp.partition for tp in revoked if tp.topic == gate.input_topic}))
 
     @app.timer(PRUNE_SECONDS)

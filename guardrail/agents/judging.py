@@ -376,7 +376,7 @@ def _gate_agent(runtime: WorkerRuntime, source: Any, publish: Publish,
                 await acker.submit(admitted, asyncio.ensure_future(through(passages)))
         finally:
             await stop_acker(acker, runtime)
-            gate.fence()  # what it left unacked is read again, by whichever worker
+            gate.fence.add()  # what it left unacked is read again, by whichever worker
             log.info("judging agent stopped")
 
     runtime.state["judge_agent"] = judge
