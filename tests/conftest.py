@@ -133,7 +133,8 @@ def kafka_bootstrap(request):
 #: the files with the most tests first, which left these few-test long ones for
 #: the end, where the suite then waited on one of them). Others follow by name.
 LONG_FILES_FIRST = (
-    "test_docs_examples.py", "test_faults.py", "test_gate_stream.py", "test_local_model.py",
+    "test_docs_examples.py", "test_gate_faults.py", "test_faults.py", "test_gate_stream.py",
+    "test_local_model.py",
     "test_cli.py",
     "test_stop.py", "test_cluster_replication.py", "test_stream.py",
     "test_agent_runs_stream.py", "test_changelog_start.py", "test_sampling_stream.py",
@@ -195,4 +196,5 @@ def slow_judge(thread_judge):
     thread_judge.reset()
     yield thread_judge
     thread_judge.latency = thread_judge.latency_max = 0.0
+    thread_judge.responder = None
     thread_judge.reset()

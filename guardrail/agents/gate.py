@@ -32,6 +32,9 @@ durably (:meth:`GateForwarder.settled`), in offset order as always: the committe
 offset never passes a record that is not on the approved or held topic, the DLQ or
 kept parked in the gate table.
 
+**Partitions given up** (revoked, or all once the judging agent stopped) are fenced:
+no decision kept, no forward started for their records (:mod:`.gate_fence`).
+
 **Back-pressure.** At most ``gate_max_waiting`` records are between reading and
 forwarding (being judged, waiting behind an earlier one, parked): the judging agent
 reads nothing more until some leave.
@@ -51,10 +54,11 @@ import faust
 from ..gate.decision import Decision, GatePolicy, decide
 from ..gate.order import Release, ReleaseOrder, Ticket
 from ..gate.records import forwarded
+from ..gate.sessions import SessionHolds
 from ..gate.state import Entry, State
 from ..stream.processing import Outgoing, RawMessage, RecordJudgment
-from ..gate.sessions import SessionHolds
 from .gate_answers import AnswerFollower, ReviewAnswers
+from .gate_fence import Fence
 from .gate_sessions import HoldsFollower
 from .gate_table import ANSWERABLE_STATES, GateTable
 from .gate_writer import writer_for
@@ -62,7 +66,7 @@ from .gate_writer import writer_for
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime
 
-__all__ = ["GateForwarder", "Passage", "register", "GATE_TABLE", "PRUNE_SECONDS"]
+__all__ = ["GATE_TABLE", "PRUNE_SECONDS", "GateForwarder", "Passage", "register"]
 
 log = logging.getLogger("guardrail.gate")
 
@@ -111,6 +115,7 @@ class GateForwarder(ReviewAnswers):
         self._lane_tail: dict[Hashable, asyncio.Future[None]] = {}
         self._passages: dict[tuple[int, int], Passage] = {}
         self._partitions: set[int] = set()
+        self.fence = Fence()  # partitions given up: app.after_revoke, the agent's stop
         self.unjudged_since_report = 0
         ReviewAnswers.__init__(self)
 
@@ -125,10 +130,12 @@ class GateForwarder(ReviewAnswers):
 
     async def admit(self, raw: RawMessage) -> Passage:
         """Wait for room, then let ``raw`` in; records of a partition are admitted
-        in offset order."""
+        in offset order (one delivered again while on its way here follows the first)."""
+        s = raw.source
+        if (first := self._passages.get((s.partition, s.offset))) is not None:
+            return Passage(raw, None, None, settled=first.settled)  # publishes nothing
         async with self._room:
             await self._room.wait_for(lambda: self.waiting < self.gate.gate_max_waiting)
-        s = raw.source
         entry = self.entry(s.partition, s.offset)
         ticket = None
         if entry is None or entry.state == "decided":
@@ -160,17 +167,20 @@ class GateForwarder(ReviewAnswers):
             dlq = tuple(o for o in outgoing if o.topic == self.dlq_topic
                         ) if self.writer.transactional else ()
             outgoing = [o for o in outgoing if o not in dlq]
-            if self.order.holds(passage.ticket):  # not if its partition moved meanwhile
+            if self._owns(passage.ticket):  # not if its partition moved meanwhile
                 s = passage.raw.source
                 await self.book.keep(s.partition, s.offset,
                                      Entry("decided", decision, tuple(outgoing), dlq=dlq),
                                      confirm=True)
-        if not self.order.holds(passage.ticket):
+        if not self._owns(passage.ticket):
             return outgoing  # its partition's next owner reads it again; its acks count no more
         passage.decided_at = time.monotonic()
         s = passage.raw.source
         await self._release(self.order.decide(s.partition, s.offset, decision))
         return outgoing
+
+    def _owns(self, ticket: Ticket) -> bool:
+        return self.order.holds(ticket) and ticket.partition not in self.fence
 
     async def settled(self, raw: RawMessage) -> None:
         """Return once ``raw`` is forwarded, or parked durably (or its partition is gone)."""
@@ -209,6 +219,8 @@ class GateForwarder(ReviewAnswers):
 
     async def _place(self, release: Release) -> None:
         ticket = release.ticket
+        if ticket.partition in self.fence:
+            return  # its next owner places it; rebuild() settles its passage
         if release.action == "forward":
             await self._forward(ticket)
         elif release.action == "park":
@@ -292,14 +304,15 @@ class GateForwarder(ReviewAnswers):
         their held records meanwhile."""
         assigned = {tp.partition for tp in self.app.consumer.assignment()
                     if tp.topic == self.input_topic}
-        for partition in self._partitions - assigned:
+        fenced = self.fence.lift()  # given up, maybe assigned again: read again from its commit
+        for partition in (self._partitions - assigned) | fenced:
             self.order.drop_partition(partition)
             for (p, o), passage in list(self._passages.items()):
                 if p == partition:
                     self._passages.pop((p, o))
                     if not passage.settled.done():
                         passage.settled.set_result(None)  # its acks no longer count
-        gained = assigned - self._partitions
+        gained = assigned - (self._partitions - fenced)
         blocked, parked, held = [], [], []
         for partition, offset, entry in self.book.entries(gained):
             if entry.state == "blocking":
@@ -367,6 +380,8 @@ def register(runtime: WorkerRuntime) -> GateForwarder:
         gate.rebuild()
 
     table.on_recover(rebuild)
+    app.after_revoke(lambda revoked: gate.fence.add(
+        {tp.partition for tp in revoked if tp.topic == gate.input_topic}))
 
     @app.timer(PRUNE_SECONDS)
     async def prune_gate_table() -> None:

@@ -363,10 +363,21 @@ def _gate_agent(runtime: WorkerRuntime, source: Any, publish: Publish,
         try:
             async for events in stream.noack_take(s.worker.batch_size,
                                                   within=s.worker.batch_within):
-                passages = [await gate.admit(_raw(event)) for event in events]
-                await acker.submit(list(events), asyncio.ensure_future(through(passages)))
+                # Records admitted are judged before the agent waits for room for
+                # more: the ones of this batch could otherwise take all the room
+                # (gate_max_waiting below batch_size) and wait for it forever.
+                admitted: list[Any] = []
+                passages: list[Any] = []
+                for event in events:
+                    if passages and gate.waiting >= s.gate.gate_max_waiting:
+                        await acker.submit(admitted, asyncio.ensure_future(through(passages)))
+                        admitted, passages = [], []
+                    passages.append(await gate.admit(_raw(event)))
+                    admitted.append(event)
+                await acker.submit(admitted, asyncio.ensure_future(through(passages)))
         finally:
             await stop_acker(acker, runtime)
+            gate.fence.add()  # what it left unacked is read again, by whichever worker
             log.info("judging agent stopped")
 
     runtime.state["judge_agent"] = judge

@@ -46,9 +46,9 @@ def sessions_assembled(settings: Settings) -> bool:
 def register(runtime: WorkerRuntime) -> None:
     """Add the session table, the assembling agent and its sweep (``session_judging``)."""
     s = runtime.settings
-    gathering = SessionGathering(s.sessions, runtime.telemetry)
-    judge: Any = assembled_judge(runtime, session_turns=False)
     holds = s.gate.gate and s.gate.gate_session_hold
+    gathering = SessionGathering(s.sessions, runtime.telemetry, judge_flagged_first_turn=holds)
+    judge: Any = assembled_judge(runtime, session_turns=False)
     if holds:  # a session judged UNSAFE holds its later turns at the gate
         judge = HoldingSessionJudge(judge, runtime)
     runtime.state["session_assembler"] = register_assembly(

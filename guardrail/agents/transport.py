@@ -22,7 +22,8 @@ the larger of the two (on Apache Kafka they are equal).
 offset bookkeeping around rebalances: see its module.
 
 Besides the transport, :class:`GuardrailFaustApp` runs stop hooks after the agents
-and the consumer stopped, before the producer stops (``before_producer_stops``).
+and the consumer stopped, before the producer stops (``before_producer_stops``), and
+revoke hooks at the end of each revoke phase (``after_revoke``).
 """
 
 from __future__ import annotations
@@ -271,6 +272,7 @@ class GuardrailFaustApp(faust.App):
         self.acked_when_processed: set[str] = set()
         self._stop_hooks: list[StopHook] = []
         self._start_hooks: list[StopHook] = []
+        self._revoke_hooks: list[Callable[[set[Any]], None]] = []
         self._started_early: list[asyncio.Future[None]] = []
         super().__init__(*args, **kwargs)
 
@@ -280,6 +282,19 @@ class GuardrailFaustApp(faust.App):
         records Faust's stream skips and acks are never committed."""
         self.acked_when_processed.add(topic)
         return lambda messages: self.consumer.processed(messages)
+
+    def after_revoke(self, hook: Callable[[set[Any]], None]) -> None:
+        """Call ``hook(revoked)`` at the end of each revoke phase of a rebalance, also
+        when the worker is stopping (Faust's revoke phase then waits for nothing in
+        flight): from then on the revoked partitions may be read by their next owner."""
+        self._revoke_hooks.append(hook)
+
+    async def _on_partitions_revoked(self, revoked: set[Any]) -> None:
+        try:
+            await super()._on_partitions_revoked(revoked)
+        finally:
+            for hook in self._revoke_hooks:
+                hook(revoked)
 
     def on_app_start(self, hook: StopHook) -> None:
         """Run ``hook()`` as a background task as soon as the app starts, before

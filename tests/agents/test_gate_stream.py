@@ -12,7 +12,8 @@ import random
 import signal
 
 import pytest
-from support.gate_traffic import Placements, gate_env, header, keyed_cases, start_ready
+from support.gate_traffic import (JudgeLedger, Placements, gate_env, header, keyed_cases,
+                                  start_ready)
 from support.harness import produce, worker_page
 
 from guardrail.local.rule_answers import ContentReply, DelayReply, ErrorReply
@@ -103,9 +104,13 @@ def test_pass_on_error_approves_unjudged_records_and_counts_them(kafka_bootstrap
     assert "guardrail_gate_unjudged_total 20.0" in page
 
 
+@pytest.mark.both_brokers
 def test_three_kills_lose_nothing_place_nothing_twice_differently_and_keep_key_order(
         kafka_bootstrap, judge, tmp_path):
     judge.latency, judge.latency_max = 0.005, 0.05
+    # A judge asked again about an output says UNSAFE: a record decided before a
+    # kill and judged again after it would be forwarded differently (counted in "both").
+    judge.responder = JudgeLedger(second_opinion=True)
     env = gate_env(kafka_bootstrap, judge, tmp_path)
     records = keyed_cases(3_000, keys=50, broken_every=500)
     rng = random.Random(3)
@@ -123,6 +128,7 @@ def test_three_kills_lose_nothing_place_nothing_twice_differently_and_keep_key_o
             account = placed.account(len(records))
     finally:
         env.stop_workers()
+    print("three kills:", account)
     assert account["missing"] == 0 and account["both"] == 0, (account, env.logs()[-3000:])
     assert account["unsafe_approved"] == account["not_safe_approved"] == 0
     assert account["inversions"] == 0, str(account)

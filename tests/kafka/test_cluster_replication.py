@@ -4,16 +4,21 @@ replicas, says so at start with the producers' acks and idempotence, and names
 an existing topic of its own with fewer replicas; one replica on a cluster of
 several brokers is warned about. With two of the three brokers down it holds
 still, says why, and goes on by itself when they return (the other broker
-faults, each a minute or more: ``python bench/cluster_faults/broker_faults.py``)."""
+faults, each a minute or more: ``python bench/cluster_faults/broker_faults.py``).
+In gate mode a leader killed mid-stream loses no record and forwards none twice
+differently (the gate's other faults: ``tests/agents/test_gate_faults.py``; its
+cluster test is here, as the cluster starts once per file)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from support.broker_faults import broker_fault_scenario
+from support.broker_faults import DOWN_SECONDS, broker_fault_scenario, partition_leader
 from support.faults import sample_cases
+from support.gate_traffic import JudgeLedger, Placements, gate_env, keyed_cases, start_ready
 from support.harness import StreamEnv, TopicWatcher, produce
 
 from guardrail.kafka.cluster_facts import (ClusterFacts, cluster_facts, describe,
@@ -120,3 +125,55 @@ def test_two_brokers_of_three_down_stop_progress_which_the_worker_reports_then_r
     down = ", ".join(map(str, sorted(figures["nodes"])))
     assert any(f"could not reach broker(s) {down}" in line for line in reports), reports
     assert figures["error_lines"] < 100  # thousands before the client's repeats were summed
+
+
+@pytest.mark.apache_kafka
+@pytest.mark.timeout(300)
+def test_a_leader_killed_while_gating_loses_no_record_and_forwards_none_differently(
+        apache_cluster, thread_judge, tmp_path):
+    """Gate mode: SIGKILL the broker leading partition 0 of the approved topic (it
+    leads about a third of every topic's partitions: input, gate changelog, held)
+    a quarter into the stream; it comes back 10 s later. The worker's writes wait
+    for the new leaders and go on: every input offset ends on the approved topic,
+    the held topic or the DLQ, none in two, key order holds, the worker never
+    restarts. The judge answers UNSAFE when asked again about an output, so a record
+    judged again after the fault and forwarded by the new verdict would show."""
+    thread_judge.reset()
+    thread_judge.latency, thread_judge.latency_max = 0.1, 0.4
+    thread_judge.responder = ledger = JudgeLedger(second_opinion=True)
+    env = gate_env(apache_cluster.bootstrap, thread_judge, tmp_path, topic_partitions=4,
+                   judge_concurrency=16)
+    records = keyed_cases(600, keys=30)
+    n = len(records)
+    started = time.monotonic()
+    try:
+        worker = start_ready(env)
+        with Placements(env) as placed:
+            asyncio.run(produce(env.bootstrap, env.topic("input"), records))
+            placed.wait(n // 4, 120, settle=0)
+            node = partition_leader(apache_cluster.bootstrap, env.approved, 0)
+            apache_cluster.kill(node)
+            killed_at = placed.placed()
+            time.sleep(DOWN_SECONDS)
+            apache_cluster.restart(node)
+            placed.wait(n, 180)
+            account = placed.account(n)
+        alive = worker.poll() is None
+    finally:
+        env.stop_workers()
+        thread_judge.responder = None
+        thread_judge.latency = thread_judge.latency_max = 0.0
+        thread_judge.reset()
+    account.update(node=node, killed_at=killed_at, worker_alive=alive,
+                   judged_again=ledger.judged_again(),
+                   seconds=round(time.monotonic() - started, 1))
+    print("leader kill:", account)
+    said = (account, env.logs()[-4000:])
+    assert killed_at < n, said  # the kill came mid-stream
+    assert (account["missing"], account["both"], account["inversions"]) == (0, 0, 0), said
+    assert account["unsafe_approved"] == account["not_safe_approved"] == 0, said
+    assert alive and len(env.workers) == 1, said
+    # Copies: a forward whose acknowledgement the dead leader never sent is sent
+    # again by the gate once a new leader answers (the idempotent producer drops a
+    # retry of its own, not a new send). At most the forwards under way then.
+    assert account["twice"] <= 64, said

@@ -27,8 +27,9 @@ VERDICTS = {"toxicity": "unsafe", "bias": "safe", "jailbreak": "error"}
 
 
 class _Sessions:
-    def __init__(self, settings) -> None:
-        self.assembler = Assembler(SessionGathering(settings.sessions, Telemetry()), {}, "t")
+    def __init__(self, settings, **gathering) -> None:
+        self.assembler = Assembler(SessionGathering(settings.sessions, Telemetry(), **gathering),
+                                   {}, "t")
         self.offset = 0
 
     def send(self, kind: bytes, key: str, value: bytes = b""):
@@ -80,6 +81,24 @@ async def test_a_flagged_one_turn_session_is_counted_on_its_turns_verdict_withou
                        ("toxicity", "unsafe", "session")]
     s.send(b"done", "run-1")
     assert s.assembler.book.headers["run-1"].state == "closed"
+
+
+async def test_with_gate_session_holds_a_flagged_first_turn_is_judged_as_a_session_at_once(
+        make_settings, judge_server):
+    # The gate holds a session's later turns on an UNSAFE session judgment, which a
+    # reviewer then releases: a flagged first turn cannot wait for the idle close.
+    settings = make_settings(session_idle_seconds=60, session_judge_every=3)
+    s = _Sessions(settings, judge_flagged_first_turn=True)
+    s.turn("run-1", 1, VERDICTS)
+    message = s.send(b"tick", "run-1")
+    case = orjson.loads(message.value)
+    assert case["session_block"]["trigger"] == "turn_flagged"
+    assert "turn_verdicts" not in case["session_block"]
+    results, _, judged = await _judged(settings, message)
+    assert len(results) == 1 and judged > 0 and judge_server.calls > 0
+    s.send(b"done", "run-1")
+    s.turn("run-2", 1, {"toxicity": "safe"})  # a safe first turn still stands for its session
+    assert s.send(b"tick", "run-2") is None
 
 
 async def test_from_its_second_turn_a_session_is_judged_as_one(make_settings, judge_server):

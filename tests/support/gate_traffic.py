@@ -15,15 +15,17 @@ account of where every input record was placed. Used by the gate's stream tests
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from .harness import StreamEnv, TopicWatcher, poll, worker_ready
+from .harness import StreamEnv, TopicWatcher, poll, worker_page, worker_ready
 
-__all__ = ["gate_env", "keyed_cases", "start_ready", "Placements", "header", "inverted", "UNSAFE_TEXT"]
+__all__ = ["gate_env", "keyed_cases", "start_ready", "Placements", "header", "inverted",
+           "JudgeLedger", "input_partitions", "UNSAFE_TEXT"]
 
 #: What the stand-in judge calls UNSAFE (toxicity).
 UNSAFE_TEXT = "you idiot"
@@ -60,6 +62,67 @@ def start_ready(env: StreamEnv, timeout: float = 60) -> Any:
     if not poll(lambda: worker_ready(worker), timeout):
         raise AssertionError(f"the worker did not start:\n{env.logs()[-3000:]}")
     return worker
+
+
+class JudgeLedger:
+    """A responder for the stand-in judge (``judge.responder = JudgeLedger()``) that
+    counts the verdicts it gave (200 answers only) per output and metric.
+
+    With ``second_opinion``, a question asked again about an output it already
+    answered gets UNSAFE: a judge that changes its mind. A record judged again after
+    a fault and forwarded by its new judgment, next to a copy forwarded by the first,
+    then lands on both the approved and the held topic, which :meth:`Placements.account`
+    counts (``both``); a gate that decides a record read again from what it decided
+    before never forwards it differently."""
+
+    def __init__(self, *, second_opinion: bool = False) -> None:
+        self.second_opinion = second_opinion
+        self._lock = threading.Lock()
+        self._answers: Counter[tuple[str, str]] = Counter()
+
+    async def __call__(self, body: dict, fields: dict[str, str], metric: str,
+                       mode: str) -> Any:
+        key = (fields.get("output", ""), metric)
+        with self._lock:
+            self._answers[key] += 1
+            again = self._answers[key] > 1
+        if self.second_opinion and again and UNSAFE_TEXT not in key[0]:
+            from guardrail.local.rule_answers import make_verdict
+
+            return make_verdict("UNSAFE", mode=mode, violations=["second opinion"])
+        return None  # the word rule answers
+
+    def answered(self, output: str, metric: str) -> int:
+        """How many times the judge answered (200) for ``output`` and ``metric``."""
+        with self._lock:
+            return self._answers[output, metric]
+
+    def judged(self, output: str, metrics: tuple[str, ...] = ("bias", "toxicity")) -> bool:
+        """The judge answered (200) for ``output`` on each of ``metrics``."""
+        with self._lock:
+            return all(self._answers[output, metric] for metric in metrics)
+
+    def judged_again(self) -> int:
+        """Outputs (insults left out: they repeat by design) the judge answered
+        about more than once for a metric."""
+        with self._lock:
+            return len({o for (o, _), n in self._answers.items()
+                        if n > 1 and UNSAFE_TEXT not in o})
+
+
+def input_partitions(env: StreamEnv, worker: Any) -> set[int]:
+    """The input partitions ``worker`` reads and has committed on, from its
+    ``guardrail_consumer_lag`` series on ``/metrics`` (empty while it has none)."""
+    try:
+        page = worker_page(worker.web_port, "/metrics")
+    except OSError:
+        return set()
+    topic = env.topic("input")
+    found = set()
+    for line in page.splitlines():
+        if line.startswith("guardrail_consumer_lag{") and f'topic="{topic}"' in line:
+            found.add(int(line.split('partition="', 1)[1].split('"', 1)[0]))
+    return found
 
 
 def header(message: Any, name: str) -> bytes | None:
@@ -118,6 +181,7 @@ class Placements:
             "placed": len(places), "missing": n - len(places),
             "twice": sum(len(p) - 1 for p in places.values() if len(set(p)) == 1),
             "both": sum(1 for p in places.values() if len(set(p)) > 1),
+            "in_both": sorted(s for s, p in places.items() if len(set(p)) > 1)[:5],
             "approved": len({_source(m, "approved") for m in approved}),
             "held": len({_source(m, "held") for m in records["held"]}),
             "dlq": len({_source(m, "dlq") for m in records["dlq"]}),

@@ -51,6 +51,10 @@ class SessionLimits:
     idle_seconds: float = 1800.0
     max_turns: int = 200
     max_bytes: int = 2_000_000
+    #: A session of one flagged turn is judged as a session at once, its turn's
+    #: verdict not standing for it (the gate's session holds: an UNSAFE session
+    #: judgment is what holds the session's later turns and what a reviewer releases).
+    judge_flagged_first_turn: bool = False
 
     @property
     def forget_after_ms(self) -> int:
@@ -111,7 +115,7 @@ def due(header: SessionHeader, *, now_ms: int, limits: SessionLimits) -> Trigger
     only on ``idle``: its turn was judged already)."""
     if header.state != "open":
         return None
-    if stands_in(header):
+    if stands_in(header) and not (limits.judge_flagged_first_turn and header.flagged):
         return "idle" if now_ms - header.last_ms >= limits.idle_seconds * 1000 else None
     new_turns = header.turns - header.judged_turns
     if new_turns > 0 and header.resumed:

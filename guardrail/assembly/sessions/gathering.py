@@ -31,12 +31,14 @@ class SessionGathering:
     kind_header, item_kind = SESSION_TURN_KIND
     item_prefix = "t"
 
-    def __init__(self, sessions: SessionSettings, telemetry: Any) -> None:
+    def __init__(self, sessions: SessionSettings, telemetry: Any, *,
+                 judge_flagged_first_turn: bool = False) -> None:
         self.sessions, self.telemetry = sessions, telemetry
         self.limits = SessionLimits(judge_every=sessions.session_judge_every,
                                     idle_seconds=sessions.session_idle_seconds,
                                     max_turns=sessions.session_max_turns,
-                                    max_bytes=sessions.session_max_bytes)
+                                    max_bytes=sessions.session_max_bytes,
+                                    judge_flagged_first_turn=judge_flagged_first_turn)
         self.book = SessionBook(self.limits)
         self.memory_bytes = sessions.session_memory_bytes
         self.forget_after_ms = self.limits.forget_after_ms
@@ -80,7 +82,8 @@ class SessionGathering:
             if latest.trace_id and latest.span_id:
                 case["trace"] = {"trace_id": latest.trace_id, "span_id": latest.span_id}
         case["session_block"] = session_block(key, header, turns)
-        if stands_in(header) and latest is not None and latest.verdicts:
+        if (stands_in(header) and latest is not None and latest.verdicts
+                and not (self.limits.judge_flagged_first_turn and latest.flagged)):
             # One turn: its verdict is counted for the session, no judge call
             # (a turn without verdicts, from an older release, is judged as before).
             case["session_block"]["turn_verdicts"] = dict(latest.verdicts)
