@@ -186,6 +186,18 @@ class ProcessedOnlyConsumer(LostRecordChecks, faust_aiokafka.Consumer):
             return True
         return bool(await super()._commit(mine))
 
+    async def highwaters(self, *partitions: Any) -> Any:
+        """The ends table recovery reads to, once the transactions of the
+        partitions' previous owner are settled (``gate_transactional``): a
+        transaction committing when its worker died is visible only once its
+        markers are written, which a new producer's start waits for; read before
+        that, the gate table would lack the entries it committed, and the records
+        behind them would be decided and forwarded again."""
+        settled = getattr(self.app, "transactions_settled", None)
+        if settled is not None:
+            await settled()
+        return await super().highwaters(*partitions)
+
     async def commit_and_end_transactions(self) -> None:
         """The stop's last commit, made even when another commit is under way.
 

@@ -169,6 +169,8 @@ class TransactionalWriter:
         self._partitions: dict[int, _Partition] = {}
         self._starting: dict[int, asyncio.Future[_Partition]] = {}
         self.failed = False
+        #: The worker consumer's assignment (set by :func:`writer_for`).
+        self.consumer_assignment: Callable[[], Any] = lambda: ()
 
     def transactional_id(self, partition: int) -> str:
         return f"{self.app_id}-gate-{self.input_topic}-{partition}"
@@ -185,6 +187,19 @@ class TransactionalWriter:
             starting = asyncio.ensure_future(self._start(partition))
             self._starting[partition] = starting
             starting.add_done_callback(lambda _, p=partition: self._starting.pop(p, None))
+
+    async def settled(self) -> None:
+        """Return once the producers of the input partitions assigned now have
+        started: each start fences the partition's previous owner and waits for
+        its open transaction to be committed or aborted, so what it committed is
+        readable (the gate table's recovery and the committed offsets wait for it)."""
+        assigned = {tp.partition for tp in self.consumer_assignment()
+                    if tp.topic == self.input_topic}
+        self.assign(assigned)  # before the rebalance's signal, which may come later
+        starting = [self._starting[p] for p in assigned if p in self._starting]
+        if starting:
+            await asyncio.gather(*(asyncio.shield(s) for s in starting),
+                                 return_exceptions=True)
 
     async def _owner(self, partition: int) -> _Partition:
         state = self._partitions.get(partition)
@@ -368,5 +383,7 @@ def writer_for(runtime: WorkerRuntime, table: Any) -> DirectWriter | Transaction
         kafka=s.kafka, app_id=s.kafka.app_id, input_topic=s.kafka.input_topic, table=table,
         serializers=app.serializers,
         on_fatal=lambda why: runtime.stop_on_fatal(why, EXIT_TRANSACTION_FAILED))
+    writer.consumer_assignment = lambda: app.consumer.assignment()
+    app.transactions_settled = writer.settled
     app.before_producer_stops(writer.close)
     return writer

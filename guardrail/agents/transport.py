@@ -268,6 +268,9 @@ class GuardrailFaustApp(faust.App):
         #: Topics whose offsets another committer commits (the gate's transactions):
         #: the consumer's own commits leave them out.
         self.offsets_committed_elsewhere: set[str] = set()
+        #: Awaited before table recovery reads its ends (the gate's transactional
+        #: producers started: their previous owner's transactions settled).
+        self.transactions_settled: Callable[[], Awaitable[None]] | None = None
         #: Topics whose agent acks a record only once processed (``mark_processed_on``).
         self.acked_when_processed: set[str] = set()
         self._stop_hooks: list[StopHook] = []
