@@ -74,8 +74,10 @@ class JudgeProc:
     sums the prompt and cached tokens it reported.
     """
 
-    def __init__(self, latency_ms: float = 0.0, prefix_cache: bool = False) -> None:
+    def __init__(self, latency_ms: float = 0.0, prefix_cache: bool = False,
+                 latency_max_ms: float = 0.0) -> None:
         self.latency_ms, self.prefix_cache = latency_ms, prefix_cache
+        self.latency_max_ms = latency_max_ms
         self.usage: dict[str, int] = {}
         self.proc: subprocess.Popen[str] | None = None
         self.api_base = ""
@@ -86,6 +88,8 @@ class JudgeProc:
         args = [PY, str(BENCH / "judge_proc.py"), "--latency-ms", str(self.latency_ms)]
         if self.prefix_cache:
             args.append("--prefix-cache")
+        if self.latency_max_ms:
+            args += ["--latency-max-ms", str(self.latency_max_ms)]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
         self.api_base = self.proc.stdout.readline().strip()  # type: ignore[union-attr]
         if not self.api_base.startswith("http"):
@@ -194,6 +198,31 @@ def cases(n: int, *, prefix: str = "c", toxic_every: int = 10, start_ms: int | N
             body["timestamp"] = int(start_ms + i * step_ms)
         out.append((body["case_id"].encode(), json.dumps(body).encode(), None))
     return out
+
+
+async def note_arrivals(bootstrap: str, topic: str | tuple[str, ...], arrivals: dict[str, tuple[float, Any]],
+                        *, expect: int, timeout: float, prefix: str = "",
+                        isolation_level: str = "read_uncommitted") -> None:
+    """Read ``topic`` (or topics) from its start until ``expect`` case ids starting with
+    ``prefix`` arrived (or the timeout), noting each one's first arrival (wall
+    clock) and record."""
+    topics = (topic,) if isinstance(topic, str) else topic
+    consumer = AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, group_id=None,
+                                auto_offset_reset="earliest", enable_auto_commit=False,
+                                fetch_max_wait_ms=10, isolation_level=isolation_level)
+    await consumer.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(arrivals) < expect and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=100)
+            now = time.time()
+            for messages in batch.values():
+                for m in messages:
+                    case_id = json.loads(m.value)["case_id"]
+                    if case_id.startswith(prefix):
+                        arrivals.setdefault(case_id, (now, m))
+    finally:
+        await consumer.stop()
 
 
 def produce_values(bootstrap: str, topic: str, values: list[tuple[bytes, bytes, int | None]],

@@ -89,7 +89,8 @@ class CountingJudge(JudgeServer):
         return response
 
 
-async def serve(latency_ms: float, port: int, prefix_cache: bool = False) -> dict[str, Any]:
+async def serve(latency_ms: float, port: int, prefix_cache: bool = False,
+                latency_max_ms: float = 0.0) -> dict[str, Any]:
     done = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -98,7 +99,7 @@ async def serve(latency_ms: float, port: int, prefix_cache: bool = False) -> dic
     # sends hundreds of thousands and needs none of them.
     cache = BlockCache() if prefix_cache else None
     async with CountingJudge(port=port, latency=latency_ms / 1000.0, max_recorded=1,
-                             block_cache=cache) as server:
+                             latency_max=latency_max_ms / 1000.0, block_cache=cache) as server:
         print(server.api_base, flush=True)
         await done.wait()
         return {"calls": server.calls, "errors": server.errors,
@@ -108,6 +109,8 @@ async def serve(latency_ms: float, port: int, prefix_cache: bool = False) -> dic
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--latency-max-ms", type=float, default=0.0,
+                        help="answer after a uniform random latency up to this")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--prefix-cache", action="store_true",
                         help="report cached_tokens as a prefix-caching judge would")
@@ -117,7 +120,7 @@ def main() -> int:
         uvloop.install()
     except ImportError:
         pass
-    stats = asyncio.run(serve(args.latency_ms, args.port, args.prefix_cache))
+    stats = asyncio.run(serve(args.latency_ms, args.port, args.prefix_cache, args.latency_max_ms))
     print(json.dumps(stats), flush=True)
     return 0
 

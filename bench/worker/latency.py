@@ -16,34 +16,15 @@ import _root  # noqa: F401  (first: puts the repository root on sys.path)
 
 import argparse
 import asyncio
-import json
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
-from bench.common import (JudgeProc, cases, kill_workers, meta, new_env, print_table, row,
-                          running_broker, start_process, write_json)
-
-
-async def _consume(bootstrap: str, topic: str, arrivals: dict[str, tuple[float, int]],
-                   expect: int, timeout: float) -> None:
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
-                                auto_offset_reset="earliest", enable_auto_commit=False,
-                                fetch_max_wait_ms=10)
-    await consumer.start()
-    deadline = time.monotonic() + timeout
-    try:
-        while len(arrivals) < expect and time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=100)
-            now = time.time()
-            for messages in batch.values():
-                for m in messages:
-                    arrivals[json.loads(m.value)["case_id"]] = (now, m.timestamp)
-    finally:
-        await consumer.stop()
+from bench.common import (JudgeProc, cases, kill_workers, meta, new_env, note_arrivals,
+                          print_table, row, running_broker, start_process, write_json)
 
 
 async def _paced(producer: AIOKafkaProducer, topic: str, values: list[Any], rate: float,
@@ -58,19 +39,20 @@ async def _paced(producer: AIOKafkaProducer, topic: str, values: list[Any], rate
 
 
 async def _run(bootstrap: str, topic_in: str, topic_out: str, rate: float, seconds: float
-               ) -> tuple[dict[str, float], dict[str, tuple[float, int]]]:
+               ) -> tuple[dict[str, float], dict[str, tuple[float, Any]]]:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
     await producer.start()
     sent: dict[str, float] = {}
-    arrivals: dict[str, tuple[float, int]] = {}
+    arrivals: dict[str, tuple[float, Any]] = {}
     try:
         warm = cases(10, prefix="warm")
         for key, value, _ in warm:  # worker and consumer both ready before the clock runs
             await producer.send(topic_in, value, key=key)
-        await _consume(bootstrap, topic_out, arrivals, 10, 120)
+        await note_arrivals(bootstrap, topic_out, arrivals, expect=10, timeout=120)
         values = cases(int(rate * seconds), prefix="lat")
         consumer = asyncio.ensure_future(
-            _consume(bootstrap, topic_out, arrivals, 10 + len(values), seconds + 60))
+            note_arrivals(bootstrap, topic_out, arrivals, expect=10 + len(values),
+                          timeout=seconds + 60))
         await _paced(producer, topic_in, values, rate, sent)
         await consumer
     finally:
@@ -83,9 +65,9 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-def figures(sent: dict[str, float], arrivals: dict[str, tuple[float, int]]) -> dict[str, Any]:
+def figures(sent: dict[str, float], arrivals: dict[str, tuple[float, Any]]) -> dict[str, Any]:
     total = [(arrivals[k][0] - t) * 1000 for k, t in sent.items() if k in arrivals]
-    worker = [arrivals[k][1] - t * 1000 for k, t in sent.items() if k in arrivals]
+    worker = [arrivals[k][1].timestamp - t * 1000 for k, t in sent.items() if k in arrivals]
     out: dict[str, Any] = {"sent": len(sent), "received": len(total)}
     if total:
         for p in (50, 95, 99):

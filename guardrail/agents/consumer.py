@@ -187,14 +187,10 @@ class ProcessedOnlyConsumer(LostRecordChecks, faust_aiokafka.Consumer):
         return bool(await super()._commit(mine))
 
     async def highwaters(self, *partitions: Any) -> Any:
-        """The ends table recovery reads to, once the transactions of the
-        partitions' previous owner are settled (``gate_transactional``): a
-        transaction committing when its worker died is visible only once its
-        markers are written, which a new producer's start waits for; read before
-        that, the gate table would lack the entries it committed, and the records
-        behind them would be decided and forwarded again."""
-        settled = getattr(self.app, "transactions_settled", None)
-        if settled is not None:
+        """Where table recovery reads to, once the previous owner's transactions
+        settled (``gate_transactional``; read before, the gate table could lack
+        what it committed, and those records be forwarded again)."""
+        if (settled := getattr(self.app, "transactions_settled", None)) is not None:
             await settled()
         return await super().highwaters(*partitions)
 

@@ -32,12 +32,9 @@ durably (:meth:`GateForwarder.settled`), in offset order as always: the committe
 offset never passes a record that is not on the approved or held topic, the DLQ or
 kept parked in the gate table.
 
-**Partitions given up** (revoked, or all once the judging agent stopped) are fenced:
-no decision kept, no forward started for their records (:mod:`.gate_fence`).
-
-**Back-pressure.** At most ``gate_max_waiting`` records are between reading and
-forwarding (being judged, waiting behind an earlier one, parked): the judging agent
-reads nothing more until some leave.
+**Partitions given up** are fenced (:mod:`.gate_fence`). **Back-pressure**: at most
+``gate_max_waiting`` records are between reading and forwarding (judged, waiting
+behind an earlier one, parked); the judging agent reads nothing more until some leave.
 """
 
 from __future__ import annotations
