@@ -11,11 +11,11 @@ worker processed in this assignment, or offsets proven not to exist.**
 **A chain from the committed offset.** Each assigned partition has a *base*:
 the offset its next commit must start at, read from the broker when the
 partition is sought to its committed offset (a partition without one is
-sought to its first offset), then moved by each commit. A
-commit takes the run of consecutive acked offsets starting exactly at the
-base; anything else waits. Faust's own check let a run start one past its
-committed offset, and none at all while a revoked partition's committed
-offset was forgotten; acks from a revoke phase now continue the chain.
+sought to its first offset), then moved by each commit. A commit takes the
+run of consecutive acked offsets starting exactly at the base; anything else
+waits. Faust's own check let a run start one past its committed offset, and
+none at all while a revoked partition's committed offset was forgotten; acks
+from a revoke phase now continue the chain.
 
 **Acks only for processed records.** Faust acks the records its streams skip
 (flow stopped for a rebalance or a stop, or an earlier generation), like
@@ -187,9 +187,8 @@ class ProcessedOnlyConsumer(LostRecordChecks, faust_aiokafka.Consumer):
         return bool(await super()._commit(mine))
 
     async def highwaters(self, *partitions: Any) -> Any:
-        """Where table recovery reads to, once the previous owner's transactions
-        settled (``gate_transactional``; read before, the gate table could lack
-        what it committed, and those records be forwarded again)."""
+        """Where table recovery reads to, once the previous owner's transactions settled
+        (``gate_transactional``: read before, the gate table may lack what it committed)."""
         if (settled := getattr(self.app, "transactions_settled", None)) is not None:
             await settled()
         return await super().highwaters(*partitions)
