@@ -95,6 +95,24 @@ def apache_kafka(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory):
+    """Apicurio Registry (pinned in guardrail/kafka/apicurio/pom.xml), in memory on
+    loopback, one per test process, on ports 18620+ (two per xdist worker); a skip
+    that says what is missing where Java 21+ or the fetched app are not there."""
+    from guardrail.kafka.apicurio import ApicurioRegistry, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"Apicurio Registry unavailable: {reason}")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    port = 18620 + 2 * int(worker or 0)
+    registry = ApicurioRegistry(port, management_port=port + 1,
+                                workdir=tmp_path_factory.mktemp("apicurio")).start()
+    yield registry
+    registry.stop()
+
+
+@pytest.fixture(scope="session")
 def apache_kafka_bootstrap(apache_kafka):
     return apache_kafka.bootstrap
 

@@ -1,0 +1,119 @@
+"""A client of a Schema Registry's Confluent-compatible REST API: schemas by id
+(each asked once by its callers, who keep them) and schemas registered under a
+subject::
+
+    registry = SchemaRegistryClient(settings.registry)
+    found = await registry.schema(7)          # ("AVRO", "{…}"), or None: no such id
+    schema_id = await registry.register("results-value", "AVRO", text)
+    await registry.close()
+
+A registry that does not answer, answers 5xx, refuses the credentials or is
+not the API the URL should name raises :class:`RegistryUnavailable`: callers
+wait and retry, they never decide a record on it. Only an explicit "no such
+schema" (error code 40403) is an answer about the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from typing import Any
+
+import aiohttp
+import orjson
+
+from ..errors import ConfigError, GuardrailError
+from .registry_settings import RegistrySettings
+
+__all__ = ["RegistryUnavailable", "SchemaRegistryClient"]
+
+#: Confluent's error code for "schema not found" (Apicurio's ccompat API says it too).
+SCHEMA_NOT_FOUND = 40403
+_CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+
+
+class RegistryUnavailable(GuardrailError):
+    """The registry could not be asked; the message says why, in one line."""
+
+
+class SchemaRegistryClient:
+    """One HTTP session to one registry (basic auth and a CA bundle as configured)."""
+
+    def __init__(self, settings: RegistrySettings) -> None:
+        if not settings.schema_registry_url:
+            raise ConfigError("the registry formats need schema_registry_url")
+        self.url = settings.schema_registry_url.rstrip("/")
+        self.settings = settings
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            s = self.settings
+            auth = (aiohttp.BasicAuth(s.schema_registry_username,
+                                      s.schema_registry_password.get_secret_value()
+                                      if s.schema_registry_password else "")
+                    if s.schema_registry_username else None)
+            context = (ssl.create_default_context(cafile=str(s.schema_registry_cafile))
+                       if s.schema_registry_cafile else None)
+            self._session = aiohttp.ClientSession(
+                auth=auth, timeout=aiohttp.ClientTimeout(total=s.schema_registry_timeout),
+                connector=aiohttp.TCPConnector(ssl=context) if context else None)
+        return self._session
+
+    async def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """Status and decoded answer; every way of not getting one is unavailability."""
+        try:
+            async with self._open().request(
+                    method, self.url + path, headers={"Content-Type": _CONTENT_TYPE},
+                    data=None if body is None else orjson.dumps(body)) as answer:
+                text = await answer.read()
+                status = answer.status
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ssl.SSLError) as exc:
+            raise RegistryUnavailable(f"schema registry {self.url} does not answer: "
+                                      f"{type(exc).__name__} {exc}".strip()) from None
+        try:
+            data = orjson.loads(text) if text else None
+        except orjson.JSONDecodeError:
+            data = None
+        if status >= 500 or status in (401, 403, 408, 429):
+            hint = " (check schema_registry_username/password)" if status in (401, 403) else ""
+            raise RegistryUnavailable(f"schema registry {self.url} answered {status}{hint}: "
+                                      f"{_message(data, text)}")
+        return status, data
+
+    async def schema(self, schema_id: int) -> tuple[str | None, str] | None:
+        """``(schemaType, text)`` of an id (type None for Avro), None when the
+        registry says it has no such schema."""
+        status, data = await self._call("GET", f"/schemas/ids/{schema_id}")
+        if status == 404 and isinstance(data, dict) and data.get("error_code") == SCHEMA_NOT_FOUND:
+            return None
+        if status != 200 or not isinstance(data, dict) or "schema" not in data:
+            raise RegistryUnavailable(f"schema registry {self.url} answered {status} to "
+                                      f"/schemas/ids/{schema_id}, not a schema: is "
+                                      "schema_registry_url the Confluent-compatible API?")
+        return data.get("schemaType"), data["schema"]
+
+    async def register(self, subject: str, schema_type: str, text: str) -> int:
+        """Register ``text`` under ``subject`` (the same text again returns its id)."""
+        body: dict[str, Any] = {"schema": text}
+        if schema_type != "AVRO":
+            body["schemaType"] = schema_type
+        status, data = await self._call("POST", f"/subjects/{subject}/versions", body)
+        if status == 200 and isinstance(data, dict) and isinstance(data.get("id"), int):
+            return int(data["id"])
+        if status == 409 or (isinstance(data, dict) and data.get("error_code") in (409, 42201)):
+            raise ConfigError(f"schema registry refused the results schema under {subject}: "
+                              f"{_message(data, b'')} (an incompatible schema is registered there)")
+        raise RegistryUnavailable(f"schema registry {self.url} answered {status} registering "
+                                  f"under {subject}: {_message(data, b'')}")
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _message(data: Any, text: bytes) -> str:
+    if isinstance(data, dict) and data.get("message"):
+        return str(data["message"])[:200]
+    return text[:200].decode("utf-8", "replace") or "(no body)"

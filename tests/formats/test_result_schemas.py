@@ -1,0 +1,97 @@
+"""The results schemas of ``guardrail/formats/schemas/`` hold the contract: every
+field of ``RedteamMetrics`` (as the pydantic models serialise it) and of the
+stream's result record, and a real result written through them reads back
+field-exact (absent fields as null in Avro)."""
+
+from __future__ import annotations
+
+import io
+
+import fastavro
+import jsonschema
+import orjson
+import pytest
+
+from guardrail.formats.registry_results import ResultEncoder, result_schema, subject_name
+from guardrail.formats.registry_wire import unframe
+from guardrail.judging.models import (CostEstimate, JudgeVerdict, MetricResult,
+                                      RedteamMetrics)
+from guardrail.stream.envelope import Source, message_from_case, result_value
+
+MODELS = {"RedteamResult": RedteamMetrics, "MetricResult": MetricResult,
+          "JudgeVerdict": JudgeVerdict, "CostEstimate": CostEstimate}
+
+
+def contract_fields(model) -> set[str]:
+    """The fields the model writes to JSON (the excluded ones never leave the process)."""
+    return {name for name, info in model.model_fields.items() if info.exclude is not True}
+
+
+def avro_records(schema, found=None) -> dict[str, dict]:
+    """Every named record of an Avro schema, by short name."""
+    found = {} if found is None else found
+    if isinstance(schema, list):
+        for branch in schema:
+            avro_records(branch, found)
+    elif isinstance(schema, dict):
+        if schema.get("type") == "record":
+            found[schema["name"]] = schema
+            for field in schema["fields"]:
+                avro_records(field["type"], found)
+        for key in ("items", "values"):
+            if key in schema:
+                avro_records(schema[key], found)
+    return found
+
+
+def a_result(**case) -> bytes:
+    verdict = JudgeVerdict(severity=4, verdict="UNSAFE", passed=False, reasoning="rude",
+                           violations=["insult"], evidence_spans=["you fool"])
+    metrics = RedteamMetrics(metrics=[
+        MetricResult(name="toxicity", score=0.25, result=[verdict]),
+        MetricResult(name="bias", score=None, error="judge timed out")],
+        cost=CostEstimate(cost=None, input_tokens=120, output_tokens=9))
+    source = Source("in", 2, 41, key=b"k-1", headers=(("traceparent", None), ("x", b"\xff")))
+    message = message_from_case({"case_id": "c1", "output": "you fool", "metadata": {"m": "v"},
+                                 **case}, source)
+    return result_value(message, metrics, source, judge_model="judge/1",
+                        event_time_ms=1_700_000_000_000)
+
+
+def test_the_avro_schema_has_every_field_of_the_contracts_models():
+    records = avro_records(orjson.loads(result_schema("avro")))
+    for name, model in MODELS.items():
+        fields = {f["name"] for f in records[name]["fields"]}
+        assert contract_fields(model) <= fields, name
+    written = set(orjson.loads(a_result(trace={"trace_id": "a" * 32, "span_id": "b" * 16})))
+    assert written | {"run", "session"} == {f["name"] for f in records["RedteamResult"]["fields"]}
+
+
+def test_a_result_written_in_avro_reads_back_field_exact():
+    value = a_result(trace={"trace_id": "a" * 32, "span_id": "b" * 16})
+    framed = ResultEncoder("avro", schema_id=12).encode(value)
+    assert unframe(framed).schema_id == 12
+    schema = fastavro.parse_schema(orjson.loads(result_schema("avro")))
+    back = fastavro.schemaless_reader(io.BytesIO(unframe(framed).payload), schema, None)
+    expected = orjson.loads(value)
+    for verdict in (r for m in expected["metrics"] for r in m["result"]):
+        for absent in ("probability_unsafe", "judge_model"):
+            verdict.setdefault(absent, None)
+    expected["source"]["index"] = None
+    assert back == {**expected, "run": None, "session": None}
+
+
+def test_a_result_validates_against_the_json_schema():
+    schema = orjson.loads(result_schema("json_schema"))
+    jsonschema.validators.validator_for(schema).check_schema(schema)
+    jsonschema.validate(orjson.loads(a_result()), schema)
+    required = schema["definitions"]["MetricResult"]["required"]
+    assert set(required) == contract_fields(MetricResult)
+    assert set(schema["properties"]["cost"]["required"]) == contract_fields(CostEstimate)
+
+
+@pytest.mark.parametrize("strategy, subject", [
+    ("topic", "results-value"), ("record", "dev.guardrail.RedteamResult"),
+    ("topic-record", "results-dev.guardrail.RedteamResult")])
+def test_subjects_are_named_as_confluents_strategies_name_them(strategy, subject):
+    assert subject_name(strategy, "results") == subject

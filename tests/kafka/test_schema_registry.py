@@ -1,0 +1,136 @@
+"""The registry formats against a real Schema Registry (Apicurio, its
+Confluent-compatible API): records written by confluent-kafka's own serializers
+are judged, results come back through its deserializer, an unknown schema id
+goes to the DLQ, and a registry that does not answer pauses the batch."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+pytest.importorskip("confluent_kafka.schema_registry", reason="needs confluent-kafka[avro]")
+
+from confluent_kafka.schema_registry import SchemaRegistryClient  # noqa: E402
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer  # noqa: E402
+from confluent_kafka.schema_registry.json_schema import (JSONDeserializer,  # noqa: E402
+                                                         JSONSerializer)
+from confluent_kafka.serialization import MessageField, SerializationContext  # noqa: E402
+
+from guardrail.formats.registry_results import result_schema  # noqa: E402
+from guardrail.formats.registry_wire import frame  # noqa: E402
+from guardrail.stream.envelope import Source  # noqa: E402
+from guardrail.stream.processing import MessageJudge, RawMessage  # noqa: E402
+
+CASE_AVRO = orjson.dumps({
+    "type": "record", "name": "ModelOutput", "namespace": "test.registry",
+    "fields": [{"name": "case_id", "type": "string"},
+               {"name": "output", "type": "string"},
+               {"name": "metadata", "type": {"type": "map", "values": "string"}}]}).decode()
+CASE_JSON_SCHEMA = orjson.dumps({
+    "$schema": "http://json-schema.org/draft-07/schema#", "title": "ModelOutput",
+    "type": "object", "required": ["case_id", "output"],
+    "properties": {"case_id": {"type": "string"}, "output": {"type": "string"}}}).decode()
+
+
+@pytest.fixture
+def client(schema_registry):
+    return SchemaRegistryClient({"url": schema_registry.ccompat_url})
+
+
+@pytest.fixture
+async def judge_for(make_settings, evaluators, schema_registry, monkeypatch):
+    made, pauses = [], []
+
+    async def pause(self, seconds):
+        pauses.append(seconds)
+        if len(pauses) == 2:  # the registry "comes back": the real one from now on
+            self.registry.url = schema_registry.ccompat_url
+
+    monkeypatch.setattr(MessageJudge, "_pause", pause)
+
+    def build(**overrides):
+        settings = make_settings(schema_registry_url=schema_registry.ccompat_url,
+                                 judge_calls="per_metric", **overrides)
+        judge = MessageJudge.from_settings(evaluators(settings), settings)
+        judge.pauses = pauses
+        made.append(judge)
+        return judge
+
+    yield build
+    for judge in made:
+        await judge.close_registry()
+
+
+def _raw(topic, value, offset):
+    return RawMessage(value, Source(topic, 0, offset, key=f"k{offset}".encode(),
+                                    timestamp_ms=1_700_000_000_000))
+
+
+async def test_avro_in_avro_out_with_confluents_serializers(client, judge_for):
+    topic, results = "reg-avro-in", "reg-avro-results"
+    serialize = AvroSerializer(client, CASE_AVRO)
+    values = [serialize({"case_id": f"a{i}", "output": text, "metadata": {"model": "m1"}},
+                        SerializationContext(topic, MessageField.VALUE))
+              for i, text in enumerate(["Have a nice day", "I hate you, idiot"])]
+    judge = judge_for(input_format="avro", results_format="avro", results_topic=results)
+    out = await judge.process([_raw(topic, v, i) for i, v in enumerate(values)])
+    written = [o for o in out if o.topic == results]
+    assert len(written) == 2 and all(o.value[0] == 0 for o in written)
+    deserialize = AvroDeserializer(client)
+    read = [deserialize(o.value, SerializationContext(results, MessageField.VALUE))
+            for o in written]
+    assert [r["case_id"] for r in read] == ["a0", "a1"]
+    assert read[0]["metadata"] == {"model": "m1"} and read[0]["source"]["topic"] == topic
+    assert {m["name"] for m in read[0]["metrics"]} == {"bias", "toxicity"}
+    assert read[1]["metrics"][0]["result"][0]["verdict"] in ("SAFE", "UNSAFE")
+    assert set(read[0]["cost"]) == {"cost", "input_tokens", "output_tokens"}
+    latest = client.get_latest_version(f"{results}-value")
+    assert orjson.loads(latest.schema.schema_str)["name"] == "RedteamResult"
+    assert orjson.loads(latest.schema.schema_str) == orjson.loads(result_schema("avro"))
+
+
+async def test_json_schema_in_and_out_with_the_record_naming_strategy(client, judge_for):
+    topic, results = "reg-json-in", "reg-json-results"
+    value = JSONSerializer(CASE_JSON_SCHEMA, client)(
+        {"case_id": "j1", "output": "Thanks for asking"},
+        SerializationContext(topic, MessageField.VALUE))
+    judge = judge_for(input_format="json_schema", results_format="json_schema",
+                      results_topic=results, subject_name_strategy="record")
+    (result,) = [o for o in await judge.process([_raw(topic, value, 0)]) if o.topic == results]
+    read = JSONDeserializer(result_schema("json_schema"), schema_registry_client=client)(
+        result.value, SerializationContext(results, MessageField.VALUE))
+    assert read["case_id"] == "j1" and len(read["metrics"]) == 2
+    assert "dev.guardrail.RedteamResult" in client.get_subjects()
+
+
+async def test_unknown_ids_unframed_and_mismatched_records_go_to_the_dlq(client, judge_for):
+    topic = "reg-bad-in"
+    good = AvroSerializer(client, CASE_AVRO)({"case_id": "g", "output": "ok", "metadata": {}},
+                                             SerializationContext(topic, MessageField.VALUE))
+    judge = judge_for(input_format="avro")
+    batch = [_raw(topic, frame(987_654, b"\x02x"), 0),
+             _raw(topic, b'{"case_id": "plain", "output": "json"}', 1),
+             _raw(topic, good[:5] + b"\x99", 2), _raw(topic, good, 3)]
+    out = await judge.process(batch)
+    reasons = [orjson.loads(o.value)["reason"] for o in out if o.topic == judge.dlq_topic]
+    assert len(reasons) == 3
+    assert "unknown schema id 987654" in reasons[0]
+    assert "magic byte 0" in reasons[1]
+    assert "Avro payload does not match its schema" in reasons[2]
+    assert [orjson.loads(o.value)["case_id"] for o in out if o.topic == judge.results_topic] == [
+        "g"]
+    assert judge.pauses == []
+
+
+async def test_a_registry_that_does_not_answer_pauses_the_batch_never_the_dlq(client, judge_for):
+    topic = "reg-down-in"
+    value = AvroSerializer(client, CASE_AVRO)({"case_id": "d", "output": "ok", "metadata": {}},
+                                              SerializationContext(topic, MessageField.VALUE))
+    judge = judge_for(input_format="avro")
+    judge.registry.url = "http://127.0.0.1:18699/apis/ccompat/v7"  # nothing listens there
+    out = await judge.process([_raw(topic, value, 0)])
+    assert judge.pauses == [1.0, 2.0]  # backoff while down, then the registry answered
+    assert [o.topic for o in out if o.topic == judge.dlq_topic] == []
+    assert [orjson.loads(o.value)["case_id"] for o in out if o.topic == judge.results_topic] == [
+        "d"]
+    assert judge.telemetry.paused._value.get() == 0
