@@ -114,7 +114,30 @@ def _decoding(settings: Settings) -> Decode:
                              decoder=decoder,
                              conversation_max_chars=settings.inputs.conversation_max_chars)
 
+    decode.decoder = decoder  # type: ignore[attr-defined]  # its schemas are learnt first
     return decode
+
+
+async def _learn_schemas(settings: Settings, decoder: Any, values: list[bytes | None]) -> None:
+    """The registry formats: ask the registry for the schemas the records name, once
+    each, as the worker does; a registry that does not answer ends the check."""
+    from ..formats.registry import RegistryDecoder
+    from ..kafka.schema_registry import RegistryUnavailable, SchemaRegistryClient
+
+    if not isinstance(decoder, RegistryDecoder):
+        return
+    registry = SchemaRegistryClient(settings.registry)
+    try:
+        for schema_id in sorted(decoder.book.missing(decoder.schema_ids(values))):
+            found = await registry.schema(schema_id)
+            if found is None:
+                decoder.book.unknown(schema_id)
+            else:
+                decoder.book.learn(schema_id, *found)
+    except RegistryUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        await registry.close()
 
 
 def _decoder(settings: Settings) -> InputDecoder:
@@ -148,8 +171,11 @@ def _topic_records(settings: Settings, topic: str, limit: int, decode: Decode
     from ..kafka.io import tail_records
 
     async def read() -> list[Any]:
-        return [message async for message, _ in tail_records(
+        messages = [message async for message, _ in tail_records(
             settings.kafka, topic, from_beginning=True, idle_timeout=3.0, limit=limit)]
+        await _learn_schemas(settings, getattr(decode, "decoder", None),
+                             [m.value for m in messages])
+        return messages
 
     for message in asyncio.run(read()):
         headers = tuple((name, value) for name, value in (message.headers or ()))

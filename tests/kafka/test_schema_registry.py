@@ -134,3 +134,25 @@ async def test_a_registry_that_does_not_answer_pauses_the_batch_never_the_dlq(cl
     assert [orjson.loads(o.value)["case_id"] for o in out if o.topic == judge.results_topic] == [
         "d"]
     assert judge.telemetry.paused._value.get() == 0
+
+
+async def test_inputs_check_reads_an_avro_topic_as_the_worker_would(
+        client, embedded_kafka_bootstrap, judge_server, schema_registry, tmp_path):
+    from support.harness import StreamEnv, produce
+
+    env = StreamEnv(embedded_kafka_bootstrap, judge_server.api_base, tmp_path,
+                    input_format="avro", schema_registry_url=schema_registry.ccompat_url)
+    assert env.cli("produce", "--input", "/dev/null").returncode == 0  # makes the topics
+    topic = env.topic("input")
+    value = AvroSerializer(client, CASE_AVRO)({"case_id": "t1", "output": "fine", "metadata": {}},
+                                              SerializationContext(topic, MessageField.VALUE))
+    await produce(env.bootstrap, topic, [(b"t1", value, None),
+                                         (b"t2", frame(424_242, b"\x00"), None)])
+    check = env.cli("inputs", "check", "--topic", topic, "--json")
+    lines = [orjson.loads(line) for line in check.stdout.splitlines()]
+    # The two keys may land on two partitions: read in either order.
+    cases = [line["cases"][0]["case_id"] for line in lines if "cases" in line]
+    assert cases == ["t1"], (check.stdout, check.stderr)
+    assert ["unknown schema id 424242" in line["dlq"] for line in lines if "dlq" in line] == [
+        True]
+    assert check.returncode == 1  # one record would go to the DLQ
