@@ -1,5 +1,7 @@
-"""Protobuf schemas as the registry returns them (``.proto`` text), compiled at run
-time with the protoc that the ``grpcio-tools`` wheel ships (nothing downloaded)::
+"""Protobuf schemas as the registry returns them: ``.proto`` text, compiled at run
+time with the protoc that the ``grpcio-tools`` wheel ships (nothing downloaded),
+or a base64 ``FileDescriptorProto`` (what Confluent's Python serializer registers,
+and a registry may hand back as it was given)::
 
     codec = ProtobufCodec('syntax = "proto3"; message Case { string output = 1; }')
     codec.decode(payload, [0])     # {"output": "…"}: field names as in the .proto
@@ -13,6 +15,8 @@ from the files bundled with protoc; other imports are not supported.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,7 +24,11 @@ from typing import Any
 from .base import UndecodableRecord
 from .registry_wire import SchemaUnusable
 
-__all__ = ["ProtobufCodec", "compile_proto"]
+__all__ = ["ProtobufCodec", "compile_proto", "schema_files"]
+
+#: The well-known types a descriptor may import, registered in protobuf's default pool.
+_WELL_KNOWN = ("any", "api", "duration", "empty", "field_mask", "source_context", "struct",
+               "timestamp", "type", "wrappers")
 
 
 def compile_proto(text: str) -> Any:
@@ -43,6 +51,45 @@ def compile_proto(text: str) -> Any:
         return descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
 
 
+def _descriptor(text: str) -> Any | None:
+    """The ``FileDescriptorProto`` a base64 schema holds; None for ``.proto`` text."""
+    from google.protobuf import descriptor_pb2
+    from google.protobuf.message import DecodeError
+
+    if "message " in text or "syntax" in text:
+        return None
+    try:
+        proto = descriptor_pb2.FileDescriptorProto.FromString(
+            base64.b64decode(text.strip(), validate=True))
+    except (binascii.Error, DecodeError, ValueError):
+        return None
+    return proto if proto.name else None
+
+
+def schema_files(text: str) -> tuple[list[Any], str]:
+    """Every ``FileDescriptorProto`` of a registry schema, imports first, and the
+    name of the schema's own file."""
+    proto = _descriptor(text)
+    if proto is None:
+        files = list(compile_proto(text).file)
+        return files, "schema.proto"
+    import importlib
+
+    from google.protobuf import descriptor_pb2, descriptor_pool
+
+    files = []
+    for dependency in proto.dependency:
+        stem = dependency.removeprefix("google/protobuf/").removesuffix(".proto")
+        if stem not in _WELL_KNOWN:
+            raise SchemaUnusable(f"the Protobuf schema imports {dependency}, which guardrail "
+                                 "cannot resolve (only Protobuf's well-known types)")
+        importlib.import_module(f"google.protobuf.{stem}_pb2")
+        known = descriptor_pb2.FileDescriptorProto()
+        descriptor_pool.Default().FindFileByName(dependency).CopyToProto(known)
+        files.append(known)
+    return [*files, proto], proto.name
+
+
 class ProtobufCodec:
     """One registered ``.proto`` file; its messages decoded to dicts."""
 
@@ -51,11 +98,14 @@ class ProtobufCodec:
     def __init__(self, text: str) -> None:
         from google.protobuf import descriptor_pool, json_format, message_factory
 
-        files = compile_proto(text)
+        files, name = schema_files(text)
         pool = descriptor_pool.DescriptorPool()
-        for proto in files.file:
-            pool.Add(proto)
-        mine = next(f for f in files.file if f.name == "schema.proto")
+        try:
+            for proto in files:
+                pool.Add(proto)
+        except (TypeError, ValueError) as exc:  # a descriptor that does not hold together
+            raise SchemaUnusable(f"the Protobuf schema's descriptor is broken: {exc}") from None
+        mine = next(f for f in files if f.name == name)
         prefix = f"{mine.package}." if mine.package else ""
         # In declaration order: the wire format's first index counts them so.
         self._top = [pool.FindMessageTypeByName(prefix + m.name) for m in mine.message_type]

@@ -151,3 +151,21 @@ def test_the_settings_pick_the_registry_decoder_and_what_it_reads_the_record_as(
     assert decoded.items[0][1].case.output == "yes"
     otlp = build_decoder(InputSettings(input_format="protobuf", schema_record_format="otlp"))
     assert otlp.inner.name == "otlp" and otlp.many_per_record
+
+
+def test_a_base64_file_descriptor_is_read_as_the_proto_text_it_came_from():
+    import base64
+
+    from guardrail.formats.registry_protobuf import compile_proto
+
+    (proto,) = compile_proto(CASE_PROTO).file
+    schemas = SchemaBook()
+    schemas.learn(4, "PROTOBUF", base64.b64encode(proto.SerializeToString()).decode())
+    payload = schemas.codec(4).encode({"output": "from a descriptor"}, indexes=[1, 0])
+    decoder = RegistryDecoder("protobuf", schemas, CaseDecoder())
+    assert decoder.decode(frame(4, payload, indexes=[1, 0]), {}).cases == [
+        {"output": "from a descriptor"}]
+    proto.dependency.append("company/shared.proto")
+    schemas.learn(5, "PROTOBUF", base64.b64encode(proto.SerializeToString()).decode())
+    with pytest.raises(UndecodableRecord, match="imports company/shared.proto"):
+        decoder.decode(frame(5, payload, indexes=[0]), {})

@@ -156,3 +156,41 @@ async def test_inputs_check_reads_an_avro_topic_as_the_worker_would(
     assert ["unknown schema id 424242" in line["dlq"] for line in lines if "dlq" in line] == [
         True]
     assert check.returncode == 1  # one record would go to the DLQ
+
+
+CASE_PROTO = """
+syntax = "proto3";
+package test.registry;
+import "google/protobuf/timestamp.proto";
+message Other { string x = 1; }
+message ModelOutput {
+  string case_id = 1;
+  string output = 2;
+  map<string, string> metadata = 3;
+  google.protobuf.Timestamp produced = 4;
+}
+"""
+
+
+async def test_protobuf_in_from_confluents_serializer_second_message_of_its_file(client,
+                                                                                 judge_for):
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from google.protobuf import descriptor_pool, message_factory
+
+    from guardrail.formats.registry_protobuf import schema_files
+
+    pool = descriptor_pool.DescriptorPool()
+    for proto in schema_files(CASE_PROTO)[0]:
+        pool.Add(proto)
+    model_output = message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("test.registry.ModelOutput"))
+    topic = "reg-proto-in"
+    serialize = ProtobufSerializer(model_output, client, {"use.deprecated.format": False})
+    message = model_output(case_id="p1", output="Glad to help", metadata={"model": "m2"})
+    message.produced.FromSeconds(1_700_000_000)
+    value = serialize(message, SerializationContext(topic, MessageField.VALUE))
+    assert value[5:7] == b"\x02\x02"  # one message index: 1, the file's second message
+    judge = judge_for(input_format="protobuf")
+    out = await judge.process([_raw(topic, value, 0)])
+    (result,) = [orjson.loads(o.value) for o in out if o.topic == judge.results_topic]
+    assert result["case_id"] == "p1" and result["metadata"] == {"model": "m2"}
