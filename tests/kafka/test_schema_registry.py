@@ -194,3 +194,40 @@ async def test_protobuf_in_from_confluents_serializer_second_message_of_its_file
     out = await judge.process([_raw(topic, value, 0)])
     (result,) = [orjson.loads(o.value) for o in out if o.topic == judge.results_topic]
     assert result["case_id"] == "p1" and result["metadata"] == {"model": "m2"}
+
+
+def test_a_worker_judges_an_avro_topic_and_writes_avro_results_through_kafka(
+        client, embedded_kafka_bootstrap, thread_judge, schema_registry, tmp_path):
+    """The whole path: Confluent's serializer → Kafka → a worker process → Kafka →
+    Confluent's deserializer, the results schema registered by the worker."""
+    import asyncio
+
+    from support.harness import StreamEnv, consume, consume_messages, produce
+
+    env = StreamEnv(embedded_kafka_bootstrap, thread_judge.api_base, tmp_path,
+                    input_format="avro", results_format="avro",
+                    schema_registry_url=schema_registry.ccompat_url)
+    assert env.cli("produce", "--input", "/dev/null").returncode == 0  # makes the topics
+    topic, results = env.topic("input"), env.topic("results")
+    serialize = AvroSerializer(client, CASE_AVRO)
+    values = [(f"w{i}".encode(), serialize(
+        {"case_id": f"w{i}", "output": "you idiot" if i % 2 else "a kind answer",
+         "metadata": {"model": "m3"}}, SerializationContext(topic, MessageField.VALUE)), None)
+        for i in range(6)] + [(b"bad", b"not framed", None)]
+    asyncio.run(produce(env.bootstrap, topic, values))
+    env.start_worker()
+    try:
+        written = asyncio.run(consume_messages(env.bootstrap, results, expect=6, timeout=90,
+                                               settle=1))
+        dlq = asyncio.run(consume(env.bootstrap, env.topic("dlq"), expect=1, timeout=30))
+    finally:
+        env.stop_workers()
+    deserialize = AvroDeserializer(client)
+    read = [deserialize(m.value, SerializationContext(results, MessageField.VALUE))
+            for m in written]
+    assert sorted(r["case_id"] for r in read) == [f"w{i}" for i in range(6)], env.logs()[-3000:]
+    unsafe = {r["case_id"]: not m["result"][0]["passed"] for r in read for m in r["metrics"]
+              if m["name"] == "toxicity"}
+    assert unsafe == {f"w{i}": bool(i % 2) for i in range(6)}
+    assert [d["reason"][:58] for d in dlq] == [
+        "value does not start with the schema registry magic byte 0"]
