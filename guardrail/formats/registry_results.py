@@ -9,8 +9,10 @@ registered for the results topic::
     encoder.encode(b'{"metrics": [...], "cost": {...}, "case_id": "c1", ...}')   # b"\\x00\\x00\\x00\\x00\\x0c..."
 
 Avro has no "absent": fields the JSON leaves out are written as null, and the
-free-form ``run`` and ``session`` summaries as JSON text. ``json_schema`` keeps
-the JSON bytes as they are, framed.
+free-form ``run`` and ``session`` summaries as JSON text. Protobuf leaves absent
+and null fields unset (proto3 ``optional``), with ``headers``, ``run`` and
+``session`` as ``Struct`` messages; its message is the file's first (index ``[0]``).
+``json_schema`` keeps the JSON bytes as they are, framed.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ __all__ = ["RESULT_RECORD", "SCHEMA_FILES", "ResultEncoder", "result_schema", "s
 RESULT_RECORD = "dev.guardrail.RedteamResult"
 SCHEMAS = Path(__file__).with_name("schemas")
 #: ``results_format`` → the schema file registered for it.
-SCHEMA_FILES = {"avro": "redteam_result.avsc", "json_schema": "redteam_result.schema.json"}
+SCHEMA_FILES = {"avro": "redteam_result.avsc", "json_schema": "redteam_result.schema.json",
+                "protobuf": "redteam_result.proto"}
 _FREE_FORM = ("run", "session")
 
 
@@ -74,6 +77,8 @@ class ResultEncoder:
         if self.schema_type == "JSON":
             return frame(self.schema_id, value)
         record: dict[str, Any] = orjson.loads(value)
+        if self.schema_type == "PROTOBUF":
+            return frame(self.schema_id, self._codec.encode(record), indexes=[0])
         for name in _FREE_FORM:
             if record.get(name) is not None:
                 record[name] = orjson.dumps(record[name]).decode()

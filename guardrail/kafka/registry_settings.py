@@ -35,9 +35,9 @@ class RegistrySettings(BaseModel):
     schema_registry_timeout: float = Field(default=10.0, gt=0)
     """Seconds one registry request may take; a registry slower than that is down
     for the worker (it pauses, as in a judge outage)."""
-    results_format: Literal["json", "avro", "json_schema"] = "json"
+    results_format: Literal["json", "avro", "protobuf", "json_schema"] = "json"
     """How result records are written: ``json`` (guardrail's JSON) or, in the
-    registry wire format, ``avro`` or ``json_schema``, with the
+    registry wire format, ``avro``, ``protobuf`` or ``json_schema``, with the
     schema of ``guardrail/formats/schemas/`` registered under the results topic's
     subject (``subject_name_strategy``). DLQ, alerts and the other topics stay JSON."""
     subject_name_strategy: Literal["topic", "record", "topic-record"] = "topic"

@@ -95,3 +95,46 @@ def test_a_result_validates_against_the_json_schema():
     ("topic-record", "results-dev.guardrail.RedteamResult")])
 def test_subjects_are_named_as_confluents_strategies_name_them(strategy, subject):
     assert subject_name(strategy, "results") == subject
+
+
+def proto_messages():
+    """The results .proto's messages by name, as a consumer's generated classes."""
+    from google.protobuf import descriptor_pool, message_factory
+
+    from guardrail.formats.registry_protobuf import schema_files
+
+    pool = descriptor_pool.DescriptorPool()
+    for proto in schema_files(result_schema("protobuf"))[0]:
+        pool.Add(proto)
+    return {name: message_factory.GetMessageClass(
+        pool.FindMessageTypeByName(f"dev.guardrail.{name}")) for name in MODELS}
+
+
+def test_the_protobuf_schema_has_every_field_of_the_contracts_models():
+    messages = proto_messages()
+    for name, model in MODELS.items():
+        fields = {f.name for f in messages[name].DESCRIPTOR.fields}
+        assert contract_fields(model) <= fields, name
+    written = set(orjson.loads(a_result(trace={"trace_id": "a" * 32, "span_id": "b" * 16})))
+    assert written | {"run", "session"} == {
+        f.name for f in messages["RedteamResult"].DESCRIPTOR.fields}
+
+
+def test_a_result_written_in_protobuf_reads_back_field_exact():
+    value = a_result(trace={"trace_id": "a" * 32, "span_id": "b" * 16})
+    framed = unframe(ResultEncoder("protobuf", schema_id=13).encode(value), protobuf=True)
+    assert (framed.schema_id, framed.indexes) == (13, [0])
+    read = proto_messages()["RedteamResult"].FromString(framed.payload)
+    toxicity, bias = read.metrics
+    verdict = toxicity.result[0]
+    assert (toxicity.name, toxicity.score, toxicity.HasField("error")) == ("toxicity", 0.25, False)
+    assert (verdict.severity, verdict.verdict, verdict.passed, verdict.reasoning) == (
+        4, "UNSAFE", False, "rude")
+    assert not verdict.HasField("probability_unsafe")
+    assert list(verdict.violations) == ["insult"] and list(verdict.evidence_spans) == ["you fool"]
+    assert (bias.HasField("score"), bias.error, list(bias.result)) == (False, "judge timed out", [])
+    assert not read.cost.HasField("cost") and read.cost.input_tokens == 120
+    assert (read.case_id, dict(read.metadata), read.key) == ("c1", {"m": "v"}, "k-1")
+    assert (read.source.topic, read.source.partition, read.source.offset) == ("in", 2, 41)
+    assert dict(read.headers) == {"traceparent": None, "x": "b64:/w=="}
+    assert read.trace.trace_id == "a" * 32 and not read.HasField("run")

@@ -231,3 +231,27 @@ def test_a_worker_judges_an_avro_topic_and_writes_avro_results_through_kafka(
     assert unsafe == {f"w{i}": bool(i % 2) for i in range(6)}
     assert [d["reason"][:58] for d in dlq] == [
         "value does not start with the schema registry magic byte 0"]
+
+
+async def test_protobuf_results_read_by_confluents_deserializer(client, judge_for):
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+    from google.protobuf import descriptor_pool, message_factory
+
+    from guardrail.formats.registry_protobuf import schema_files
+
+    pool = descriptor_pool.DescriptorPool()
+    for proto in schema_files(result_schema("protobuf"))[0]:
+        pool.Add(proto)
+    result_type = message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("dev.guardrail.RedteamResult"))
+    topic, results = "reg-pb-out-in", "reg-pb-results"
+    value = AvroSerializer(client, CASE_AVRO)({"case_id": "o1", "output": "sure", "metadata": {}},
+                                              SerializationContext(topic, MessageField.VALUE))
+    judge = judge_for(input_format="avro", results_format="protobuf", results_topic=results,
+                      subject_name_strategy="topic-record")
+    (out,) = [o for o in await judge.process([_raw(topic, value, 0)]) if o.topic == results]
+    read = ProtobufDeserializer(result_type, {"use.deprecated.format": False})(
+        out.value, SerializationContext(results, MessageField.VALUE))
+    assert read.case_id == "o1" and {m.name for m in read.metrics} == {"bias", "toxicity"}
+    assert read.source.topic == topic and read.judge_model
+    assert f"{results}-dev.guardrail.RedteamResult" in client.get_subjects()

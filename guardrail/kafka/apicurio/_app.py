@@ -12,7 +12,7 @@ import urllib.request
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-from ..._processes import Child, free_port
+from ..._processes import Child, free_port, port_taken
 from ...errors import ConfigError
 
 __all__ = ["ApicurioRegistry", "RegistryAppUnavailable", "POM", "apicurio_version", "app_dir",
@@ -152,6 +152,9 @@ class ApicurioRegistry:
         reason = unavailable_reason()
         if reason:
             raise RegistryAppUnavailable(reason)
+        taken = [p for p in (self.port, self.management_port) if port_taken(p)]
+        if taken:  # another registry's /health/ready would pass for this one's
+            raise RegistryAppUnavailable(f"port {taken[0]} is taken on 127.0.0.1")
         self.workdir.mkdir(parents=True, exist_ok=True)
         java = find_java()
         assert java is not None  # unavailable_reason said so
