@@ -118,7 +118,7 @@ def _decoding(settings: Settings) -> Decode:
     return decode
 
 
-async def _learn_schemas(settings: Settings, decoder: Any, values: list[bytes | None]) -> None:
+async def _learn_schemas(settings: Settings, decoder: Any, records: list[Any]) -> None:
     """The registry formats: ask the registry for the schemas the records name, once
     each, as the worker does; a registry that does not answer ends the check."""
     from ..formats.registry import RegistryDecoder
@@ -128,7 +128,8 @@ async def _learn_schemas(settings: Settings, decoder: Any, values: list[bytes | 
         return
     registry = SchemaRegistryClient(settings.registry)
     try:
-        for schema_id in sorted(decoder.book.missing(decoder.schema_ids(values))):
+        named = decoder.schema_ids((m.value, dict(m.headers or ())) for m in records)
+        for schema_id in sorted(decoder.book.missing(named), key=str):
             found = await registry.schema(schema_id)
             if found is None:
                 decoder.book.unknown(schema_id)
@@ -173,8 +174,7 @@ def _topic_records(settings: Settings, topic: str, limit: int, decode: Decode
     async def read() -> list[Any]:
         messages = [message async for message, _ in tail_records(
             settings.kafka, topic, from_beginning=True, idle_timeout=3.0, limit=limit)]
-        await _learn_schemas(settings, getattr(decode, "decoder", None),
-                             [m.value for m in messages])
+        await _learn_schemas(settings, getattr(decode, "decoder", None), messages)
         return messages
 
     for message in asyncio.run(read()):

@@ -8,7 +8,7 @@ names, :mod:`guardrail.kafka.schema_registry`), so decoding never waits::
     book = SchemaBook()
     book.learn(7, "AVRO", avro_schema_text)      # or book.unknown(7): the registry has none
     decoder = RegistryDecoder("avro", book, CaseDecoder())
-    book.missing(decoder.schema_ids([raw]))       # set(): nothing to fetch
+    book.missing(decoder.schema_ids([(raw, {})])) # set(): nothing to fetch
     decoder.decode(raw, {}).cases                 # [{"case_id": "c1", "output": "…"}]
 
 A record without the magic byte, of a schema id the registry does not know, of
@@ -23,7 +23,7 @@ from typing import Any
 
 from .base import Decoded, Headers, InputDecoder, UndecodableRecord
 from .registry_codecs import SchemaCodec, SchemaUnusable, codec_for
-from .registry_wire import schema_id_of, unframe
+from .registry_wire import SCHEMA_HEADER, SchemaRef, from_header, schema_id_of, unframe
 
 __all__ = ["RegistryDecoder", "SchemaBook", "REGISTRY_FORMATS", "SCHEMA_TYPES"]
 
@@ -37,24 +37,25 @@ class SchemaBook:
     not have are remembered as such (their records go to the DLQ)."""
 
     def __init__(self) -> None:
-        self._codecs: dict[int, SchemaCodec | str] = {}
+        self._codecs: dict[SchemaRef, SchemaCodec | str] = {}
 
-    def learn(self, schema_id: int, schema_type: str | None, text: str) -> None:
+    def learn(self, schema_id: SchemaRef, schema_type: str | None, text: str) -> None:
         """Keep a schema the registry returned (an unusable one keeps its reason)."""
         try:
             self._codecs[schema_id] = codec_for(schema_type, text)
         except SchemaUnusable as exc:
             self._codecs[schema_id] = f"schema id {schema_id} is unusable: {exc}"
 
-    def unknown(self, schema_id: int) -> None:
-        """The registry answered that it has no schema of this id."""
-        self._codecs[schema_id] = f"unknown schema id {schema_id} (the registry has none)"
+    def unknown(self, schema_id: SchemaRef) -> None:
+        """The registry answered that it has no schema of this id (or GUID)."""
+        kind = "guid" if isinstance(schema_id, str) else "id"
+        self._codecs[schema_id] = f"unknown schema {kind} {schema_id} (the registry has none)"
 
-    def missing(self, ids: Iterable[int]) -> set[int]:
+    def missing(self, ids: Iterable[SchemaRef]) -> set[SchemaRef]:
         """The ids not asked of the registry yet."""
         return {i for i in ids if i not in self._codecs}
 
-    def codec(self, schema_id: int) -> SchemaCodec:
+    def codec(self, schema_id: SchemaRef) -> SchemaCodec:
         found = self._codecs.get(schema_id)
         if found is None:  # the stream fills the book first: only a misuse lands here
             raise UndecodableRecord(f"schema id {schema_id} was not fetched from the registry")
@@ -76,23 +77,42 @@ class RegistryDecoder:
         self.inner = inner
         self.many_per_record = inner.many_per_record
 
-    @staticmethod
-    def schema_ids(values: Iterable[bytes | None]) -> set[int]:
-        """The schema ids named by these record values (unframed ones named none)."""
-        ids = (schema_id_of(v) for v in values if v)
-        return {i for i in ids if i is not None}
+    def schema_ids(self, records: Iterable[tuple[bytes | None, Headers]]) -> set[SchemaRef]:
+        """The schemas (ids, GUIDs) these ``(value, headers)`` name; unreadable ones, none."""
+        found: set[SchemaRef] = set()
+        for value, headers in records:
+            header = headers.get(SCHEMA_HEADER)
+            if header:
+                try:
+                    found.add(from_header(header, protobuf=self._protobuf)[0])
+                except UndecodableRecord:
+                    pass  # decoding says why
+            elif value and (schema_id := schema_id_of(value)) is not None:
+                found.add(schema_id)
+        return found
 
-    def record(self, raw: bytes) -> Any:
-        """The JSON-ready record a framed value holds."""
-        framed = unframe(raw, protobuf=self.schema_type == "PROTOBUF")
-        codec = self.book.codec(framed.schema_id)
+    @property
+    def _protobuf(self) -> bool:
+        return self.schema_type == "PROTOBUF"
+
+    def record(self, raw: bytes, headers: Headers | None = None) -> Any:
+        """The JSON-ready record a framed value holds (or a bare one, its schema
+        named by the ``__value_schema_id`` header)."""
+        header = (headers or {}).get(SCHEMA_HEADER)
+        if header:
+            ref, indexes = from_header(header, protobuf=self._protobuf)
+            payload = raw
+        else:
+            framed = unframe(raw, protobuf=self._protobuf)
+            ref, indexes, payload = framed.schema_id, framed.indexes, framed.payload
+        codec = self.book.codec(ref)
         if codec.schema_type != self.schema_type:
-            raise UndecodableRecord(f"schema id {framed.schema_id} is {codec.schema_type}, "
+            raise UndecodableRecord(f"schema {ref} is {codec.schema_type}, "
                                     f"not {self.schema_type} as input_format {self.name} says")
-        return codec.decode(framed.payload, framed.indexes)
+        return codec.decode(payload, indexes)
 
     def decode(self, raw: bytes, headers: Headers) -> Decoded:
-        return self.inner.decode_json(self.record(raw))
+        return self.inner.decode_json(self.record(raw, headers))
 
     def decode_json(self, record: Any) -> Decoded:
         """A file's JSON items are already decoded: read as the inner format does."""

@@ -6,6 +6,13 @@ endian, then the payload; a Protobuf payload starts with the message indexes
     unframe(framed)                                 # Framed(schema_id=7, indexes=None, payload=b"payload")
     unframe(frame(7, b"pb", indexes=[0]), protobuf=True).indexes   # [0]  (one 0 byte)
 
+A producer may carry the schema in a header instead (``__value_schema_id``,
+Confluent's ``header_schema_id_serializer``): magic byte 1 and a 16-byte schema
+GUID (or 0 and a 4-byte id), then the Protobuf indexes; the value is then the
+bare payload::
+
+    from_header(b"\x01" + guid.bytes + b"\x00", protobuf=True)   # (str(guid), [0])
+
 Pure bytes: no registry, no Kafka. A value that is not framed raises
 :class:`~.base.UndecodableRecord` with the reason the DLQ record carries.
 """
@@ -16,9 +23,15 @@ from dataclasses import dataclass
 
 from .base import UndecodableRecord
 
-__all__ = ["Framed", "MAGIC", "SchemaUnusable", "frame", "unframe", "schema_id_of"]
+__all__ = ["Framed", "MAGIC", "SCHEMA_HEADER", "SchemaRef", "SchemaUnusable", "frame",
+           "from_header", "unframe", "schema_id_of"]
 
 MAGIC = 0
+#: The header Confluent's serializers write a value's schema into, when told to.
+SCHEMA_HEADER = "__value_schema_id"
+_MAGIC_GUID = 1
+#: A schema id (int) or GUID (its text form, as the registry's URLs take it).
+SchemaRef = int | str
 _HEAD = 5  # magic byte + 4-byte schema id
 #: A Protobuf schema with more nesting than this is not one anybody writes.
 _MAX_INDEXES = 64
@@ -68,6 +81,23 @@ def unframe(raw: bytes, *, protobuf: bool = False) -> Framed:
             raise UndecodableRecord(f"bad Protobuf message index {index}")
         indexes.append(index)
     return Framed(schema_id, indexes, raw[at:])
+
+
+def from_header(value: bytes, *, protobuf: bool = False) -> tuple[SchemaRef, list[int] | None]:
+    """The schema (id or GUID) and Protobuf indexes a ``__value_schema_id`` header holds."""
+    import uuid
+
+    if value[:1] == bytes([_MAGIC_GUID]) and len(value) >= 17:
+        ref: SchemaRef = str(uuid.UUID(bytes=value[1:17]))
+        rest = 17
+    elif value[:1] == bytes([MAGIC]) and len(value) >= _HEAD:
+        ref, rest = int.from_bytes(value[1:_HEAD], "big"), _HEAD
+    else:
+        raise UndecodableRecord(f"header {SCHEMA_HEADER} holds no schema id or GUID "
+                                f"({len(value)} bytes)")
+    if not protobuf:
+        return ref, None
+    return ref, unframe(bytes(_HEAD) + value[rest:], protobuf=True).indexes
 
 
 def frame(schema_id: int, payload: bytes, *, indexes: list[int] | None = None) -> bytes:

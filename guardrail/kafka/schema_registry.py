@@ -81,15 +81,19 @@ class SchemaRegistryClient:
                                       f"{_message(data, text)}")
         return status, data
 
-    async def schema(self, schema_id: int) -> tuple[str | None, str] | None:
-        """``(schemaType, text)`` of an id (type None for Avro), None when the
-        registry says it has no such schema."""
-        status, data = await self._call("GET", f"/schemas/ids/{schema_id}")
-        if status == 404 and isinstance(data, dict) and data.get("error_code") == SCHEMA_NOT_FOUND:
+    async def schema(self, schema_id: int | str) -> tuple[str | None, str] | None:
+        """``(schemaType, text)`` of an id, or a GUID (text), (type None for Avro); None
+        when the registry says it has no such schema. A registry without GUIDs answers
+        404 for every one: those records cannot be read there, and go to the DLQ."""
+        path = (f"/schemas/guids/{schema_id}" if isinstance(schema_id, str)
+                else f"/schemas/ids/{schema_id}")
+        status, data = await self._call("GET", path)
+        not_found = isinstance(data, dict) and data.get("error_code") == SCHEMA_NOT_FOUND
+        if status == 404 and (not_found or isinstance(schema_id, str)):
             return None
         if status != 200 or not isinstance(data, dict) or "schema" not in data:
             raise RegistryUnavailable(f"schema registry {self.url} answered {status} to "
-                                      f"/schemas/ids/{schema_id}, not a schema: is "
+                                      f"{path}, not a schema: is "
                                       "schema_registry_url the Confluent-compatible API?")
         return data.get("schemaType"), data["schema"]
 

@@ -205,7 +205,7 @@ class MessageJudge(OutageWaits, RegistryIO):
                             ) -> tuple[list[RecordJudgment], list[Outgoing]]:
         """:meth:`process`, record by record: what each input record came to, and
         the batch's judgment-event bundles (one record may hold events of many)."""
-        await self._learn_schemas(raw.value for raw in batch)  # may wait out the registry
+        await self._learn_schemas(batch)  # may wait out the registry (.registry_io)
         await self._results_schema_ready()
         records, good = self._decode(batch)
         standing = [case for case in good if standing_verdicts(case[2]) is not None]

@@ -50,12 +50,14 @@ class RegistryIO:
         if wanted and settings is not None and settings.schema_registry_url:
             self.registry = SchemaRegistryClient(settings)
 
-    async def _learn_schemas(self, values: Iterable[bytes | None]) -> None:
-        """Ask the registry for every schema id these values name that is not known yet."""
+    async def _learn_schemas(self, batch: Iterable[Any]) -> None:
+        """Ask the registry for every schema a batch's records name (in their value's
+        prefix or their ``__value_schema_id`` header) that is not known yet."""
         if not isinstance(self.decoder, RegistryDecoder) or self.registry is None:
             return
         book, registry = self.decoder.book, self.registry
-        for schema_id in sorted(book.missing(self.decoder.schema_ids(values))):
+        named = self.decoder.schema_ids((raw.value, dict(raw.source.headers)) for raw in batch)
+        for schema_id in sorted(book.missing(named), key=str):
             found = await self._until_registry_answers(lambda i=schema_id: registry.schema(i))
             if found is None:
                 book.unknown(schema_id)

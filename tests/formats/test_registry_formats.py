@@ -77,7 +77,7 @@ def test_an_avro_record_is_read_as_a_case_with_bytes_as_base64():
     decoder = RegistryDecoder("avro", book(), CaseDecoder())
     raw = frame(1, avro_payload({"case_id": "c1", "output": "Hello", "input": None,
                                  "metadata": {"model": "m1"}, "blob": b"\x01\x02"}))
-    assert decoder.schema_ids([raw, b"{}", None]) == {1}
+    assert decoder.schema_ids([(raw, {}), (b"{}", {}), (None, {})]) == {1}
     (case,) = decoder.decode(raw, {}).cases
     assert case == {"case_id": "c1", "output": "Hello", "input": None,
                     "metadata": {"model": "m1"}, "blob": "AQI="}
@@ -89,7 +89,7 @@ def test_an_avro_record_is_read_as_a_case_with_bytes_as_base64():
     (frame(1, b"\x02c1"), "Avro payload does not match its schema"),
     (frame(1, avro_payload({"case_id": "c", "output": "o", "metadata": {}}) + b"xx"),
      "2 bytes left over"),
-    (frame(2, b'{"output": "json"}'), "schema id 2 is JSON, not AVRO"),
+    (frame(2, b'{"output": "json"}'), "schema 2 is JSON, not AVRO"),
     (frame(9, b""), "schema id 9 was not fetched")])
 def test_records_that_cannot_be_read_go_to_the_dlq_with_their_reason(raw, reason):
     decoder = RegistryDecoder("avro", book(), CaseDecoder())
@@ -169,3 +169,28 @@ def test_a_base64_file_descriptor_is_read_as_the_proto_text_it_came_from():
     schemas.learn(5, "PROTOBUF", base64.b64encode(proto.SerializeToString()).decode())
     with pytest.raises(UndecodableRecord, match="imports company/shared.proto"):
         decoder.decode(frame(5, payload, indexes=[0]), {})
+
+
+def test_a_schema_named_by_the_header_reads_the_bare_payload():
+    import uuid
+
+    from guardrail.formats.registry_wire import from_header
+
+    guid = uuid.UUID("3f2a6c1e-8d4b-4e0a-9b7c-5d6e7f8a9b0c")
+    schemas = book()
+    schemas.learn(str(guid), None, CASE_AVRO)
+    decoder = RegistryDecoder("avro", schemas, CaseDecoder())
+    bare = avro_payload({"case_id": "h1", "output": "by header", "metadata": {}})
+    by_guid = {"__value_schema_id": b"\x01" + guid.bytes}
+    by_id = {"__value_schema_id": b"\x00\x00\x00\x00\x01"}
+    assert decoder.schema_ids([(bare, by_guid), (bare, by_id), (frame(2, b"{}"), {})]) == {
+        str(guid), 1, 2}
+    for headers in (by_guid, by_id):
+        assert decoder.decode(bare, headers).cases[0]["case_id"] == "h1"
+    assert from_header(b"\x01" + guid.bytes + b"\x02\x02", protobuf=True) == (str(guid), [1])
+    with pytest.raises(UndecodableRecord, match="holds no schema id or GUID"):
+        decoder.decode(bare, {"__value_schema_id": b"\x07oops"})
+    unknown = SchemaBook()
+    unknown.unknown(str(guid))
+    with pytest.raises(UndecodableRecord, match=f"unknown schema guid {guid}"):
+        RegistryDecoder("avro", unknown, CaseDecoder()).decode(bare, by_guid)

@@ -108,15 +108,19 @@ async def test_unknown_ids_unframed_and_mismatched_records_go_to_the_dlq(client,
     good = AvroSerializer(client, CASE_AVRO)({"case_id": "g", "output": "ok", "metadata": {}},
                                              SerializationContext(topic, MessageField.VALUE))
     judge = judge_for(input_format="avro")
+    # A schema GUID in the header: Apicurio has no GUIDs, so none is known.
+    by_guid = RawMessage(good[5:], Source(topic, 0, 4, headers=(
+        ("__value_schema_id", b"\x01" + bytes(range(16))),)))
     batch = [_raw(topic, frame(987_654, b"\x02x"), 0),
              _raw(topic, b'{"case_id": "plain", "output": "json"}', 1),
-             _raw(topic, good[:5] + b"\x99", 2), _raw(topic, good, 3)]
+             _raw(topic, good[:5] + b"\x99", 2), _raw(topic, good, 3), by_guid]
     out = await judge.process(batch)
     reasons = [orjson.loads(o.value)["reason"] for o in out if o.topic == judge.dlq_topic]
-    assert len(reasons) == 3
+    assert len(reasons) == 4
     assert "unknown schema id 987654" in reasons[0]
     assert "magic byte 0" in reasons[1]
     assert "Avro payload does not match its schema" in reasons[2]
+    assert "unknown schema guid 00010203-0405-0607-0809-0a0b0c0d0e0f" in reasons[3]
     assert [orjson.loads(o.value)["case_id"] for o in out if o.topic == judge.results_topic] == [
         "g"]
     assert judge.pauses == []
