@@ -235,6 +235,15 @@ def test_a_worker_judges_an_avro_topic_and_writes_avro_results_through_kafka(
     assert unsafe == {f"w{i}": bool(i % 2) for i in range(6)}
     assert [d["reason"][:58] for d in dlq] == [
         "value does not start with the schema registry magic byte 0"]
+    # A replay of the same topic reads and writes the same formats.
+    replayed = results + "-replay"
+    replay = env.cli("replay", "--from", "0", "--results-topic", replayed, "--quiet")
+    assert replay.returncode == 0, replay.stderr
+    summary = orjson.loads(replay.stdout.strip().splitlines()[-1])
+    assert (summary["results"], summary["dlq"]) == (6, 1)
+    again = asyncio.run(consume_messages(env.bootstrap, replayed, expect=6, timeout=30))
+    assert sorted(deserialize(m.value, SerializationContext(replayed, MessageField.VALUE))[
+        "case_id"] for m in again) == [f"w{i}" for i in range(6)]
 
 
 async def test_protobuf_results_read_by_confluents_deserializer(client, judge_for):
