@@ -1,8 +1,9 @@
-"""Result records in the Schema Registry wire format (``results_format``): the
-JSON result the stream writes, re-encoded under the schema of ``schemas/``
-registered for the results topic::
+"""Result and DLQ records in the Schema Registry wire format (``results_format``,
+``dlq_format``): the JSON the stream writes, re-encoded under the schema of
+``schemas/`` registered for the topic::
 
     text = result_schema("avro")                        # schemas/redteam_result.avsc
+    text = result_schema("protobuf", "dlq")             # schemas/dlq_record.proto
     subject = subject_name("topic-record", "redteam-results")
     # 'redteam-results-dev.guardrail.RedteamResult'
     encoder = ResultEncoder("avro", schema_id=12)
@@ -26,23 +27,27 @@ from .registry import SCHEMA_TYPES
 from .registry_codecs import codec_for
 from .registry_wire import frame
 
-__all__ = ["RESULT_RECORD", "SCHEMA_FILES", "ResultEncoder", "result_schema", "subject_name"]
+__all__ = ["RECORD_NAMES", "RESULT_RECORD", "SCHEMA_FILES", "ResultEncoder", "result_schema",
+           "subject_name"]
 
-#: The results schema's full name (the ``record`` naming strategies use it).
-RESULT_RECORD = "dev.guardrail.RedteamResult"
+#: Record kind → the schema's full name (the ``record`` naming strategies use it).
+RECORD_NAMES = {"result": "dev.guardrail.RedteamResult", "dlq": "dev.guardrail.DlqRecord"}
+RESULT_RECORD = RECORD_NAMES["result"]
 SCHEMAS = Path(__file__).with_name("schemas")
-#: ``results_format`` → the schema file registered for it.
-SCHEMA_FILES = {"avro": "redteam_result.avsc", "json_schema": "redteam_result.schema.json",
-                "protobuf": "redteam_result.proto"}
+_STEMS = {"result": "redteam_result", "dlq": "dlq_record"}
+_SUFFIXES = {"avro": ".avsc", "protobuf": ".proto", "json_schema": ".schema.json"}
+#: (record kind, format) → the schema file registered for it.
+SCHEMA_FILES = {(kind, fmt): stem + suffix for kind, stem in _STEMS.items()
+                for fmt, suffix in _SUFFIXES.items()}
 _FREE_FORM = ("run", "session")
 
 
-def result_schema(results_format: str) -> str:
-    """The schema text registered for ``results_format`` (``avro``, ``json_schema``)."""
-    if results_format not in SCHEMA_FILES:
-        raise ValueError(f"no results schema for {results_format!r}: "
-                         f"one of {', '.join(SCHEMA_FILES)}")
-    return (SCHEMAS / SCHEMA_FILES[results_format]).read_text(encoding="utf-8")
+def result_schema(fmt: str, kind: str = "result") -> str:
+    """The schema text registered for a format (``avro``, ``protobuf``,
+    ``json_schema``) of a record kind (``result``, ``dlq``)."""
+    if (kind, fmt) not in SCHEMA_FILES:
+        raise ValueError(f"no {kind} schema for {fmt!r}: one of {', '.join(_SUFFIXES)}")
+    return (SCHEMAS / SCHEMA_FILES[kind, fmt]).read_text(encoding="utf-8")
 
 
 def subject_name(strategy: str, topic: str, record: str = RESULT_RECORD) -> str:
@@ -59,21 +64,21 @@ def subject_name(strategy: str, topic: str, record: str = RESULT_RECORD) -> str:
 
 
 class ResultEncoder:
-    """JSON result values → framed values of one registered schema id."""
+    """JSON record values of one kind → framed values of one registered schema id."""
 
-    def __init__(self, results_format: str, schema_id: int) -> None:
-        self.results_format = results_format
-        self.schema_type = SCHEMA_TYPES[results_format]
+    def __init__(self, fmt: str, schema_id: int, kind: str = "result") -> None:
+        self.results_format = fmt
+        self.schema_type = SCHEMA_TYPES[fmt]
         self.schema_id = schema_id
-        self._codec = codec_for(self.schema_type, result_schema(results_format))
+        self._codec = codec_for(self.schema_type, result_schema(fmt, kind))
 
     @staticmethod
-    def schema_type_of(results_format: str) -> str:
-        """The registry's ``schemaType`` of a ``results_format``."""
-        return SCHEMA_TYPES[results_format]
+    def schema_type_of(fmt: str) -> str:
+        """The registry's ``schemaType`` of a format."""
+        return SCHEMA_TYPES[fmt]
 
     def encode(self, value: bytes) -> bytes:
-        """One result record's JSON as a framed value."""
+        """One record's JSON as a framed value."""
         if self.schema_type == "JSON":
             return frame(self.schema_id, value)
         record: dict[str, Any] = orjson.loads(value)

@@ -1,5 +1,6 @@
 """The ``registry`` settings group (flat names ``schema_registry_url``,
-``schema_registry_username`` …, ``results_format``, ``subject_name_strategy``):
+``schema_registry_username`` …, ``results_format``, ``dlq_format``,
+``subject_name_strategy``):
 which Schema Registry the registry formats use, how to reach it, and how
 results are written; part of :class:`guardrail.config.Settings`."""
 
@@ -39,7 +40,12 @@ class RegistrySettings(BaseModel):
     """How result records are written: ``json`` (guardrail's JSON) or, in the
     registry wire format, ``avro``, ``protobuf`` or ``json_schema``, with the
     schema of ``guardrail/formats/schemas/`` registered under the results topic's
-    subject (``subject_name_strategy``). DLQ, alerts and the other topics stay JSON."""
+    subject (``subject_name_strategy``). The DLQ follows ``dlq_format``; alerts and
+    the other topics stay JSON."""
+    dlq_format: Literal["json", "avro", "protobuf", "json_schema"] = "json"
+    """How DLQ records are written: ``json``, or in the registry wire format as
+    ``results_format`` (schemas ``dlq_record.*``, record ``dev.guardrail.DlqRecord``,
+    registered under the DLQ topic's subject)."""
     subject_name_strategy: Literal["topic", "record", "topic-record"] = "topic"
     """The subject the results schema is registered under: ``topic``
     (``<results_topic>-value``), ``record`` (the record's full name,

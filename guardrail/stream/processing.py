@@ -324,7 +324,7 @@ class MessageJudge(OutageWaits, RegistryIO):
         """A DLQ record for a whole record, or (``source.index`` set) one case of it."""
         self.telemetry.messages.labels(outcome="dlq").inc()
         log.info("DLQ %s: %s", source.coordinates, reason)
-        value = orjson.dumps(dlq_record(reason, raw.value, source))
+        value = self._dlq_value(orjson.dumps(dlq_record(reason, raw.value, source)))
         return Outgoing(self.dlq_topic, source.key, value, headers=source.headers)
 
     def _records(self, raw: RawMessage, source: Source, message: InputMessage,

@@ -3,8 +3,9 @@ for before it is decoded, the results schema registered before the first result,
 and a registry that does not answer waited out, never put on a record::
 
     await self._learn_schemas(batch)      # fills the decoder's SchemaBook; may wait
-    await self._results_schema_ready()    # registers under the results subject once
+    await self._results_schema_ready()    # registers under the results (and DLQ) subject once
     value = self._result_value(json_value)   # framed, or the JSON as it was
+    value = self._dlq_value(json_value)      # the same for a DLQ record (``dlq_format``)
 
 While the registry is down the batch is held, unacked, as in a judge outage
 (:mod:`.outage`): the worker says so, ``guardrail_paused`` is 1, and it retries
@@ -19,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from ..formats.registry import RegistryDecoder
-from ..formats.registry_results import ResultEncoder, result_schema, subject_name
+from ..formats.registry_results import RECORD_NAMES, ResultEncoder, result_schema, subject_name
 from ..kafka.registry_settings import RegistrySettings
 from ..kafka.schema_registry import RegistryUnavailable, SchemaRegistryClient
 
@@ -37,16 +38,19 @@ class RegistryIO:
     worker: Any
     telemetry: Any
     results_topic: str
+    dlq_topic: str
     _pause: Callable[[float], Awaitable[None]]  # OutageWaits' (tests replace it)
     registry_settings: RegistrySettings | None = None
     registry: SchemaRegistryClient | None = None
-    results_encoder: ResultEncoder | None = None
+    #: Record kind (``result``, ``dlq``) → its encoder, for the formats not ``json``.
+    _encoders: dict[str, ResultEncoder]
+    _encoders_ready = False
 
     def _use_registry(self, settings: RegistrySettings | None) -> None:
         """Talk to the registry when a registry format is in use."""
-        self.registry_settings = settings
-        wanted = isinstance(self.decoder, RegistryDecoder) or (
-            settings is not None and settings.results_format != "json")
+        self.registry_settings, self._encoders = settings, {}
+        wanted = isinstance(self.decoder, RegistryDecoder) or (settings is not None and (
+            settings.results_format != "json" or settings.dlq_format != "json"))
         if wanted and settings is not None and settings.schema_registry_url:
             self.registry = SchemaRegistryClient(settings)
 
@@ -65,21 +69,30 @@ class RegistryIO:
                 book.learn(schema_id, *found)
 
     async def _results_schema_ready(self) -> None:
-        """Register the results schema under its subject, once."""
+        """Register the results (and DLQ) schema under its topic's subject, once."""
         settings, registry = self.registry_settings, self.registry
-        if (self.results_encoder is not None or registry is None or settings is None
-                or settings.results_format == "json"):
+        if self._encoders_ready or registry is None or settings is None:
             return
-        fmt = settings.results_format
-        subject = subject_name(settings.subject_name_strategy, self.results_topic)
-        schema_id = await self._until_registry_answers(
-            lambda: registry.register(subject, ResultEncoder.schema_type_of(fmt),
-                                      result_schema(fmt)))
-        log.info("results schema (%s) registered under %s as id %d", fmt, subject, schema_id)
-        self.results_encoder = ResultEncoder(fmt, schema_id)
+        for kind, fmt, topic in (("result", settings.results_format, self.results_topic),
+                                 ("dlq", settings.dlq_format, self.dlq_topic)):
+            if fmt == "json":
+                continue
+            subject = subject_name(settings.subject_name_strategy, topic, RECORD_NAMES[kind])
+            schema_id = await self._until_registry_answers(
+                lambda f=fmt, k=kind, s=subject: registry.register(
+                    s, ResultEncoder.schema_type_of(f), result_schema(f, k)))
+            log.info("%s schema (%s) registered under %s as id %d", kind, fmt, subject,
+                     schema_id)
+            self._encoders[kind] = ResultEncoder(fmt, schema_id, kind)
+        self._encoders_ready = True
 
     def _result_value(self, value: bytes) -> bytes:
-        return value if self.results_encoder is None else self.results_encoder.encode(value)
+        encoder = self._encoders.get("result")
+        return value if encoder is None else encoder.encode(value)
+
+    def _dlq_value(self, value: bytes) -> bytes:
+        encoder = self._encoders.get("dlq")
+        return value if encoder is None else encoder.encode(value)
 
     async def _until_registry_answers(self, ask: Callable[[], Awaitable[T]]) -> T:
         """``ask()``, retried with backoff for as long as the registry is unavailable."""

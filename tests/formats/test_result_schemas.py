@@ -138,3 +138,44 @@ def test_a_result_written_in_protobuf_reads_back_field_exact():
     assert (read.source.topic, read.source.partition, read.source.offset) == ("in", 2, 41)
     assert dict(read.headers) == {"traceparent": None, "x": "b64:/w=="}
     assert read.trace.trace_id == "a" * 32 and not read.HasField("run")
+
+
+def a_dlq_record(raw: bytes = b"\x00\x00\x00\x00\x07oops") -> bytes:
+    from guardrail.stream.envelope import dlq_record
+
+    source = Source("in", 1, 9, key=b"k", headers=(("h", None),), timestamp_ms=5)
+    return orjson.dumps(dlq_record("unknown schema id 7 (the registry has none)", raw, source))
+
+
+def test_the_dlq_schemas_have_every_field_of_the_dlq_record():
+    from guardrail.stream.schemas import DlqRecord, DlqSource
+
+    models = {"DlqRecord": DlqRecord, "DlqSource": DlqSource}
+    records = avro_records(orjson.loads(result_schema("avro", "dlq")))
+    json_schema = orjson.loads(result_schema("json_schema", "dlq"))
+    for name, model in models.items():
+        assert {f["name"] for f in records[name]["fields"]} == set(model.model_fields), name
+    assert set(json_schema["properties"]) == set(DlqRecord.model_fields)
+    assert set(json_schema["properties"]["source"]["properties"]) == set(DlqSource.model_fields)
+
+
+@pytest.mark.parametrize("raw", [b"\x00\x00\x00\x00\x07oops", b"x" * 70_000])
+def test_a_dlq_record_reads_back_in_each_format(raw):
+    from guardrail.formats.registry import SchemaBook
+
+    value = a_dlq_record(raw)
+    expected = orjson.loads(value)
+    jsonschema.validate(expected, orjson.loads(result_schema("json_schema", "dlq")))
+    book = SchemaBook()
+    for schema_id, fmt, kind in ((1, "avro", None), (2, "protobuf", "PROTOBUF")):
+        book.learn(schema_id, kind, result_schema(fmt, "dlq"))
+        framed = unframe(ResultEncoder(fmt, schema_id, "dlq").encode(value),
+                         protobuf=fmt == "protobuf")
+        back = book.codec(schema_id).decode(framed.payload, framed.indexes)
+        if fmt == "avro":
+            absent = "value_excerpt" if "value_base64" in expected else "value_base64"
+            assert back == {**expected, absent: None,
+                            "source": {**expected["source"], "index": None}}
+        else:  # Protobuf's JSON mapping: int64 as text
+            assert back["reason"] == expected["reason"] and back["size"] == str(len(raw))
+            assert back["headers"] == {"h": None} and back["source"]["offset"] == "9"

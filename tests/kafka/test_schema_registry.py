@@ -107,7 +107,7 @@ async def test_unknown_ids_unframed_and_mismatched_records_go_to_the_dlq(client,
     topic = "reg-bad-in"
     good = AvroSerializer(client, CASE_AVRO)({"case_id": "g", "output": "ok", "metadata": {}},
                                              SerializationContext(topic, MessageField.VALUE))
-    judge = judge_for(input_format="avro")
+    judge = judge_for(input_format="avro", dlq_format="avro", dlq_topic="reg-bad-dlq")
     # A schema GUID in the header: Apicurio has no GUIDs, so none is known.
     by_guid = RawMessage(good[5:], Source(topic, 0, 4, headers=(
         ("__value_schema_id", b"\x01" + bytes(range(16))),)))
@@ -115,7 +115,11 @@ async def test_unknown_ids_unframed_and_mismatched_records_go_to_the_dlq(client,
              _raw(topic, b'{"case_id": "plain", "output": "json"}', 1),
              _raw(topic, good[:5] + b"\x99", 2), _raw(topic, good, 3), by_guid]
     out = await judge.process(batch)
-    reasons = [orjson.loads(o.value)["reason"] for o in out if o.topic == judge.dlq_topic]
+    deserialize = AvroDeserializer(client)  # the DLQ in Avro too (dlq_format)
+    dlq = [deserialize(o.value, SerializationContext(o.topic, MessageField.VALUE))
+           for o in out if o.topic == "reg-bad-dlq"]
+    reasons = [record["reason"] for record in dlq]
+    assert dlq[1]["value_base64"] == "eyJjYXNlX2lkIjogInBsYWluIiwgIm91dHB1dCI6ICJqc29uIn0="
     assert len(reasons) == 4
     assert "unknown schema id 987654" in reasons[0]
     assert "magic byte 0" in reasons[1]
