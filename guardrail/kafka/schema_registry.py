@@ -16,6 +16,7 @@ schema" (error code 40403) is an answer about the record.
 from __future__ import annotations
 
 import asyncio
+import base64
 import ssl
 from typing import Any
 
@@ -49,14 +50,16 @@ class SchemaRegistryClient:
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             s = self.settings
-            auth = (aiohttp.BasicAuth(s.schema_registry_username,
-                                      s.schema_registry_password.get_secret_value()
-                                      if s.schema_registry_password else "")
-                    if s.schema_registry_username else None)
+            headers = {"Content-Type": _CONTENT_TYPE}
+            if s.schema_registry_username:  # HTTP basic auth, written out (aiohttp 4 drops auth=)
+                password = (s.schema_registry_password.get_secret_value()
+                            if s.schema_registry_password else "")
+                token = base64.b64encode(f"{s.schema_registry_username}:{password}".encode())
+                headers["Authorization"] = "Basic " + token.decode("ascii")
             context = (ssl.create_default_context(cafile=str(s.schema_registry_cafile))
                        if s.schema_registry_cafile else None)
             self._session = aiohttp.ClientSession(
-                auth=auth, timeout=aiohttp.ClientTimeout(total=s.schema_registry_timeout),
+                headers=headers, timeout=aiohttp.ClientTimeout(total=s.schema_registry_timeout),
                 connector=aiohttp.TCPConnector(ssl=context) if context else None)
         return self._session
 
@@ -64,7 +67,7 @@ class SchemaRegistryClient:
         """Status and decoded answer; every way of not getting one is unavailability."""
         try:
             async with self._open().request(
-                    method, self.url + path, headers={"Content-Type": _CONTENT_TYPE},
+                    method, self.url + path,
                     data=None if body is None else orjson.dumps(body)) as answer:
                 text = await answer.read()
                 status = answer.status

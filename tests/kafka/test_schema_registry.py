@@ -5,6 +5,8 @@ goes to the DLQ, and a registry that does not answer pauses the batch."""
 
 from __future__ import annotations
 
+import re
+
 import orjson
 import pytest
 
@@ -272,3 +274,47 @@ async def test_protobuf_results_read_by_confluents_deserializer(client, judge_fo
     assert read.case_id == "o1" and {m.name for m in read.metrics} == {"bias", "toxicity"}
     assert read.source.topic == topic and read.judge_model
     assert f"{results}-dev.guardrail.RedteamResult" in client.get_subjects()
+
+
+@pytest.fixture(scope="module")
+def secured_registry(tmp_path_factory, schema_registry):
+    """A second registry over HTTPS with basic auth (the first one says it can start)."""
+    from guardrail._processes import port_taken
+    from guardrail.kafka.apache._tls import make_tls_files
+    from guardrail.kafka.apicurio import ApicurioRegistry
+
+    folder = tmp_path_factory.mktemp("secured-registry")
+    port = next(p for p in range(18660, 18698, 2) if not (port_taken(p) or port_taken(p + 1)))
+    registry = ApicurioRegistry(port, management_port=port + 1, workdir=folder,
+                                tls=make_tls_files(folder / "tls"),
+                                users={"guardrail": "s3cret"}).start()
+    yield registry
+    registry.stop()
+
+
+async def test_a_registry_over_tls_with_basic_auth_and_a_wrong_password(secured_registry):
+    from guardrail.kafka.registry_settings import RegistrySettings
+    from guardrail.kafka.schema_registry import RegistryUnavailable, SchemaRegistryClient
+
+    url = secured_registry.ccompat_url
+    assert url.startswith("https://")
+    given = {"schema_registry_url": url, "schema_registry_username": "guardrail",
+             "schema_registry_password": "s3cret",
+             "schema_registry_cafile": secured_registry.tls.ca_pem}
+    good = RegistrySettings(**given)
+    client = SchemaRegistryClient(good)
+    try:
+        schema_id = await client.register("tls-in-value", "AVRO", CASE_AVRO)
+        assert (await client.schema(schema_id))[1]
+    finally:
+        await client.close()
+    for wrong, says in ((RegistrySettings(**{**given, "schema_registry_password": "nope"}),
+                         "answered 401 (check schema_registry_username/password)"),
+                        (RegistrySettings(**{**given, "schema_registry_cafile": None}),
+                         "CERTIFICATE_VERIFY_FAILED")):
+        refused = SchemaRegistryClient(wrong)
+        try:
+            with pytest.raises(RegistryUnavailable, match=re.escape(says)):
+                await refused.schema(schema_id)
+        finally:
+            await refused.close()

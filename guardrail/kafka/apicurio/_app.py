@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..._processes import Child, free_port, port_taken
 from ...errors import ConfigError
+from ..apache._tls import TlsFiles
 
 __all__ = ["ApicurioRegistry", "RegistryAppUnavailable", "POM", "apicurio_version", "app_dir",
            "fetch", "find_java", "unavailable_reason"]
@@ -121,30 +122,53 @@ class ApicurioRegistry:
     """One registry process on loopback, storage in memory (gone when it stops).
 
     The HTTP API and Quarkus's management interface (``/health/ready``, which
-    would bind 0.0.0.0:9000 unless told) both stay on 127.0.0.1."""
+    would bind 0.0.0.0:9000 unless told) both stay on 127.0.0.1. With ``tls``
+    the API speaks HTTPS only (on ``port``), with ``users`` (name → password) it
+    asks for HTTP basic auth on ``/apis``: a registry as a secured one is."""
 
     def __init__(self, port: int | None = None, *, workdir: Path,
-                 management_port: int | None = None, heap: str = "384m") -> None:
+                 management_port: int | None = None, heap: str = "384m",
+                 tls: TlsFiles | None = None, users: dict[str, str] | None = None) -> None:
         self.port = port or free_port()
         self.management_port = management_port or free_port()
         self.workdir = Path(workdir)
         self.heap = heap
+        self.tls, self.users = tls, dict(users or {})
         self.child: Child | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def ccompat_url(self) -> str:
         """The Confluent-compatible API, what a Confluent client is pointed at."""
         return f"{self.url}/apis/ccompat/v7"
 
+    def properties(self) -> dict[str, str]:
+        """The Quarkus settings it runs with (``-D`` options)."""
+        props = {"quarkus.http.host": "127.0.0.1", "quarkus.http.port": str(self.port),
+                 "quarkus.management.host": "127.0.0.1",
+                 "quarkus.management.port": str(self.management_port)}
+        if self.tls is not None:
+            props.update({"quarkus.http.ssl-port": str(self.port),
+                          "quarkus.http.insecure-requests": "disabled",
+                          "quarkus.http.ssl.certificate.files": str(self.tls.cert_pem),
+                          "quarkus.http.ssl.certificate.key-files": str(self.tls.key_pem)})
+        if self.users:
+            props.update({"quarkus.http.auth.basic": "true",
+                          "quarkus.security.users.embedded.enabled": "true",
+                          "quarkus.security.users.embedded.plain-text": "true",
+                          "quarkus.http.auth.permission.apis.paths": "/apis/*",
+                          "quarkus.http.auth.permission.apis.policy": "authenticated"})
+            props.update({f"quarkus.security.users.embedded.users.{name}": password
+                          for name, password in self.users.items()})
+        return props
+
     def argv(self, java: Path) -> list[str]:
+        # The heap of a test registry: small, and quick to start rather than fast to run.
         return [str(java), f"-Xmx{self.heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={self.port}",
-                "-Dquarkus.management.host=127.0.0.1",
-                f"-Dquarkus.management.port={self.management_port}",
+                *(f"-D{name}={value}" for name, value in self.properties().items()),
                 "-jar", str(app_dir() / "quarkus-run.jar")]
 
     def start(self, timeout: float = 120.0) -> ApicurioRegistry:
