@@ -166,6 +166,11 @@ async def test_inputs_check_reads_an_avro_topic_as_the_worker_would(
     assert ["unknown schema id 424242" in line["dlq"] for line in lines if "dlq" in line] == [
         True]
     assert check.returncode == 1  # one record would go to the DLQ
+    # A file holds the records decoded, as JSON: read as the format inside.
+    decoded = tmp_path / "decoded.jsonl"
+    decoded.write_text('{"case_id": "f1", "output": "from a file"}\n')
+    from_file = env.cli("inputs", "check", str(decoded), "--json")
+    assert orjson.loads(from_file.stdout)["cases"][0]["case_id"] == "f1", from_file.stderr
 
 
 CASE_PROTO = """
