@@ -104,12 +104,12 @@ def schema_registry(tmp_path_factory):
     reason = unavailable_reason()
     if reason:
         pytest.skip(f"Apicurio Registry unavailable: {reason}")
-    from guardrail._processes import port_taken
+    from guardrail._processes import port_open
 
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
     # Each test process its own pair; a pair something else holds is passed over.
     port = next(p for p in range(18620 + 2 * worker, 18698, 8)
-                if not (port_taken(p) or port_taken(p + 1)))
+                if not (port_open(p) or port_open(p + 1)))
     registry = ApicurioRegistry(port, management_port=port + 1,
                                 workdir=tmp_path_factory.mktemp("apicurio")).start()
     yield registry

@@ -39,10 +39,12 @@ class SchemaBook:
     def __init__(self) -> None:
         self._codecs: dict[SchemaRef, SchemaCodec | str] = {}
 
-    def learn(self, schema_id: SchemaRef, schema_type: str | None, text: str) -> None:
-        """Keep a schema the registry returned (an unusable one keeps its reason)."""
+    def learn(self, schema_id: SchemaRef, schema_type: str | None, text: str,
+              imports: dict[str, str] | None = None) -> None:
+        """Keep a schema the registry returned, with the schemas it references by
+        name (an unusable one keeps its reason)."""
         try:
-            self._codecs[schema_id] = codec_for(schema_type, text)
+            self._codecs[schema_id] = codec_for(schema_type, text, imports)
         except SchemaUnusable as exc:
             self._codecs[schema_id] = f"schema id {schema_id} is unusable: {exc}"
 

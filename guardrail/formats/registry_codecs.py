@@ -40,17 +40,21 @@ class SchemaCodec(Protocol):
     def encode(self, record: Any) -> bytes: ...
 
 
-def codec_for(schema_type: str | None, text: str) -> SchemaCodec:
-    """The codec of a registry schema (``schema_type`` None means Avro, as the API says)."""
+def codec_for(schema_type: str | None, text: str,
+              imports: dict[str, str] | None = None) -> SchemaCodec:
+    """The codec of a registry schema (``schema_type`` None means Avro, as the API
+    says); ``imports`` are the schemas it references, by name, dependencies first."""
     kind = (schema_type or "AVRO").upper()
     if kind == "AVRO":
-        return AvroCodec(text)
+        return AvroCodec(text, imports)
     if kind == "JSON":
+        if imports:
+            raise SchemaUnusable("JSON Schemas that reference other schemas are not read")
         return JsonSchemaCodec(text)
     if kind == "PROTOBUF":
         from .registry_protobuf import ProtobufCodec  # protoc is loaded only when used
 
-        return ProtobufCodec(text)
+        return ProtobufCodec(text, imports)
     raise SchemaUnusable(f"schema type {schema_type!r} is not one guardrail reads")
 
 
@@ -85,12 +89,15 @@ class AvroCodec:
 
     schema_type = "AVRO"
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, imports: dict[str, str] | None = None) -> None:
         import fastavro
 
         self._fastavro = fastavro
+        named: dict[str, Any] = {}  # the referenced named types, known to the schema
         try:
-            self.schema = fastavro.parse_schema(orjson.loads(text))
+            for referenced in (imports or {}).values():
+                fastavro.parse_schema(orjson.loads(referenced), named_schemas=named)
+            self.schema = fastavro.parse_schema(orjson.loads(text), named_schemas=named)
         except Exception as exc:  # noqa: BLE001 - any parse failure is an unusable schema
             raise SchemaUnusable(f"not an Avro schema guardrail can read: {exc}") from None
 
@@ -135,7 +142,11 @@ class JsonSchemaCodec:
         except orjson.JSONDecodeError as exc:
             raise UndecodableRecord(f"JSON Schema payload is not valid JSON: "
                                     f"{str(exc)[:160]}") from None
-        error = next(iter(self.validator.iter_errors(record)), None)
+        try:
+            error = next(iter(self.validator.iter_errors(record)), None)
+        except Exception as exc:  # noqa: BLE001 - e.g. a $ref the schema cannot resolve
+            raise UndecodableRecord(f"JSON payload cannot be checked against its schema: "
+                                    f"{type(exc).__name__}: {str(exc)[:160]}") from None
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "the record"
             raise UndecodableRecord(f"JSON payload does not match its schema at {where}: "

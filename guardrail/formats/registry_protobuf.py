@@ -10,7 +10,10 @@ and a registry may hand back as it was given)::
 Messages are picked by the wire format's indexes: ``[0]`` is the file's first
 message, ``[1, 0]`` the first message nested in the second. Imports of
 Protobuf's well-known types (``google/protobuf/timestamp.proto`` …) resolve
-from the files bundled with protoc; other imports are not supported.
+from the files bundled with protoc; others from the schema's references, which
+the registry client fetched (``imports``: import path → schema text)::
+
+    ProtobufCodec(text, {"company/labels.proto": labels_text})
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ _WELL_KNOWN = ("any", "api", "duration", "empty", "field_mask", "source_context"
                "timestamp", "type", "wrappers")
 
 
-def compile_proto(text: str) -> Any:
-    """The ``FileDescriptorSet`` of one ``.proto`` text (its imports included)."""
+def compile_proto(text: str, imports: dict[str, str] | None = None) -> Any:
+    """The ``FileDescriptorSet`` of one ``.proto`` text, its imports included
+    (``imports``: the ``.proto`` text of each by its import path)."""
     from google.protobuf import descriptor_pb2
 
     try:
@@ -42,6 +46,13 @@ def compile_proto(text: str) -> Any:
                              "(pip install 'guardrail[registry]')") from None
     bundled = Path(protoc.__file__).with_name("_proto")
     with tempfile.TemporaryDirectory(prefix="guardrail-proto-") as tmp:
+        for name, imported in (imports or {}).items():
+            path = (Path(tmp) / name).resolve()
+            if not path.is_relative_to(Path(tmp).resolve()) or _descriptor(imported):
+                raise SchemaUnusable(f"the Protobuf schema's import {name[:80]} cannot be "
+                                     "used beside .proto text")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(imported, encoding="utf-8")
         (Path(tmp) / "schema.proto").write_text(text, encoding="utf-8")
         out = Path(tmp) / "schema.desc"
         code = protoc.main(["protoc", f"-I{tmp}", f"-I{bundled}", "--include_imports",
@@ -66,28 +77,39 @@ def _descriptor(text: str) -> Any | None:
     return proto if proto.name else None
 
 
-def schema_files(text: str) -> tuple[list[Any], str]:
+def schema_files(text: str, imports: dict[str, str] | None = None) -> tuple[list[Any], str]:
     """Every ``FileDescriptorProto`` of a registry schema, imports first, and the
     name of the schema's own file."""
     proto = _descriptor(text)
     if proto is None:
-        files = list(compile_proto(text).file)
-        return files, "schema.proto"
+        return list(compile_proto(text, imports).file), "schema.proto"
+    files: dict[str, Any] = {}
+    _with_dependencies(proto, imports or {}, files)
+    return list(files.values()), proto.name
+
+
+def _with_dependencies(proto: Any, imports: dict[str, str], files: dict[str, Any]) -> None:
+    """``proto`` into ``files`` after what it imports (well-known types, references)."""
     import importlib
 
     from google.protobuf import descriptor_pb2, descriptor_pool
 
-    files = []
     for dependency in proto.dependency:
+        if dependency in files:
+            continue
         stem = dependency.removeprefix("google/protobuf/").removesuffix(".proto")
-        if stem not in _WELL_KNOWN:
-            raise SchemaUnusable(f"the Protobuf schema imports {dependency}, which guardrail "
-                                 "cannot resolve (only Protobuf's well-known types)")
-        importlib.import_module(f"google.protobuf.{stem}_pb2")
-        known = descriptor_pb2.FileDescriptorProto()
-        descriptor_pool.Default().FindFileByName(dependency).CopyToProto(known)
-        files.append(known)
-    return [*files, proto], proto.name
+        referenced = _descriptor(imports.get(dependency, ""))
+        if referenced is not None:
+            _with_dependencies(referenced, imports, files)
+        elif dependency.startswith("google/protobuf/") and stem in _WELL_KNOWN:
+            importlib.import_module(f"google.protobuf.{stem}_pb2")
+            known = descriptor_pb2.FileDescriptorProto()
+            descriptor_pool.Default().FindFileByName(dependency).CopyToProto(known)
+            files[dependency] = known
+        else:
+            raise SchemaUnusable(f"the Protobuf schema imports {dependency}, which is neither "
+                                 "one of its references nor a well-known type")
+    files[proto.name] = proto
 
 
 class ProtobufCodec:
@@ -95,10 +117,10 @@ class ProtobufCodec:
 
     schema_type = "PROTOBUF"
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, imports: dict[str, str] | None = None) -> None:
         from google.protobuf import descriptor_pool, json_format, message_factory
 
-        files, name = schema_files(text)
+        files, name = schema_files(text, imports)
         pool = descriptor_pool.DescriptorPool()
         try:
             for proto in files:

@@ -3,7 +3,8 @@
 subject::
 
     registry = SchemaRegistryClient(settings.registry)
-    found = await registry.schema(7)          # ("AVRO", "{…}"), or None: no such id
+    found = await registry.schema(7)          # Fetched("AVRO", "{…}", {}), or None: no such id
+    found.imports                              # {"company/labels.proto": "…"}: its references
     schema_id = await registry.register("results-value", "AVRO", text)
     await registry.close()
 
@@ -18,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import ssl
-from typing import Any
+import urllib.parse
+from typing import Any, NamedTuple
 
 import aiohttp
 import orjson
@@ -26,15 +28,28 @@ import orjson
 from ..errors import ConfigError, GuardrailError
 from .registry_settings import RegistrySettings
 
-__all__ = ["RegistryUnavailable", "SchemaRegistryClient"]
+__all__ = ["Fetched", "RegistryUnavailable", "SchemaRegistryClient"]
 
 #: Confluent's error code for "schema not found" (Apicurio's ccompat API says it too).
 SCHEMA_NOT_FOUND = 40403
+#: References of references followed this deep at most (a cycle stops earlier).
+MAX_REFERENCE_DEPTH = 16
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
 
 class RegistryUnavailable(GuardrailError):
     """The registry could not be asked; the message says why, in one line."""
+
+
+class Fetched(NamedTuple):
+    """A schema as the registry holds it, with the schemas it references."""
+
+    #: ``AVRO`` (also when the registry says none), ``PROTOBUF`` or ``JSON``.
+    schema_type: str | None
+    text: str
+    #: Reference name (a Protobuf import path, an Avro full name) → its schema text,
+    #: references of references first.
+    imports: dict[str, str]
 
 
 class SchemaRegistryClient:
@@ -84,9 +99,9 @@ class SchemaRegistryClient:
                                       f"{_message(data, text)}")
         return status, data
 
-    async def schema(self, schema_id: int | str) -> tuple[str | None, str] | None:
-        """``(schemaType, text)`` of an id, or a GUID (text), (type None for Avro); None
-        when the registry says it has no such schema. A registry without GUIDs answers
+    async def schema(self, schema_id: int | str) -> Fetched | None:
+        """The schema of an id, or of a GUID (text), with its references; None when
+        the registry says it has no such schema. A registry without GUIDs answers
         404 for every one: those records cannot be read there, and go to the DLQ."""
         path = (f"/schemas/guids/{schema_id}" if isinstance(schema_id, str)
                 else f"/schemas/ids/{schema_id}")
@@ -98,7 +113,25 @@ class SchemaRegistryClient:
             raise RegistryUnavailable(f"schema registry {self.url} answered {status} to "
                                       f"{path}, not a schema: is "
                                       "schema_registry_url the Confluent-compatible API?")
-        return data.get("schemaType"), data["schema"]
+        imports: dict[str, str] = {}
+        await self._references(data.get("references"), imports, 0)
+        return Fetched(data.get("schemaType"), data["schema"], imports)
+
+    async def _references(self, references: Any, found: dict[str, str], depth: int) -> None:
+        """Each referenced schema (``subject`` at ``version``) into ``found`` by name,
+        what it references first. One the registry does not have is left out: the
+        schema then fails to compile, and its records go to the DLQ saying so."""
+        for ref in references if isinstance(references, list) else ():
+            name = ref.get("name") if isinstance(ref, dict) else None
+            if not name or name in found or depth >= MAX_REFERENCE_DEPTH:
+                continue
+            subject = urllib.parse.quote(str(ref.get("subject", name)), safe="")
+            status, data = await self._call("GET", f"/subjects/{subject}/versions/"
+                                                   f"{ref.get('version', 'latest')}")
+            if status != 200 or not isinstance(data, dict) or "schema" not in data:
+                continue
+            await self._references(data.get("references"), found, depth + 1)
+            found[name] = data["schema"]
 
     async def register(self, subject: str, schema_type: str, text: str) -> int:
         """Register ``text`` under ``subject`` (the same text again returns its id)."""

@@ -194,3 +194,31 @@ def test_a_schema_named_by_the_header_reads_the_bare_payload():
     unknown.unknown(str(guid))
     with pytest.raises(UndecodableRecord, match=f"unknown schema guid {guid}"):
         RegistryDecoder("avro", unknown, CaseDecoder()).decode(bare, by_guid)
+
+
+def test_schemas_that_reference_others_are_read_with_their_references():
+    labels = orjson.dumps({"type": "record", "name": "Labels", "namespace": "company",
+                           "fields": [{"name": "model", "type": "string"}]}).decode()
+    case = orjson.dumps({"type": "record", "name": "Case", "fields": [
+        {"name": "output", "type": "string"}, {"name": "metadata", "type": "company.Labels"}]})
+    schemas = SchemaBook()
+    schemas.learn(1, None, case.decode(), {"company.Labels": labels})
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, schemas.codec(1).schema,
+                               {"output": "hi", "metadata": {"model": "m"}})
+    decoder = RegistryDecoder("avro", schemas, CaseDecoder())
+    assert decoder.decode(frame(1, out.getvalue()), {}).cases == [
+        {"output": "hi", "metadata": {"model": "m"}}]
+    shared = 'syntax = "proto3"; package company; message Labels { string model = 1; }'
+    proto = ('syntax = "proto3"; import "company/labels.proto"; '
+             'message Case { string output = 1; company.Labels labels = 2; }')
+    schemas.learn(2, "PROTOBUF", proto, {"company/labels.proto": shared})
+    payload = schemas.codec(2).encode({"output": "yo", "labels": {"model": "m"}})
+    assert RegistryDecoder("protobuf", schemas, CaseDecoder()).decode(
+        frame(2, payload, indexes=[0]), {}).cases == [{"output": "yo", "labels": {"model": "m"}}]
+    schemas.learn(3, "PROTOBUF", proto)  # the reference not fetched: unusable, said so
+    schemas.learn(4, None, case.decode())
+    with pytest.raises(UndecodableRecord, match="schema id 3 is unusable: protoc cannot"):
+        schemas.codec(3)
+    with pytest.raises(UndecodableRecord, match="schema id 4 is unusable: not an Avro schema"):
+        schemas.codec(4)

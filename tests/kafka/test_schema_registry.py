@@ -284,12 +284,12 @@ async def test_protobuf_results_read_by_confluents_deserializer(client, judge_fo
 @pytest.fixture(scope="module")
 def secured_registry(tmp_path_factory, schema_registry):
     """A second registry over HTTPS with basic auth (the first one says it can start)."""
-    from guardrail._processes import port_taken
+    from guardrail._processes import port_open
     from guardrail.kafka.apache._tls import make_tls_files
     from guardrail.kafka.apicurio import ApicurioRegistry
 
     folder = tmp_path_factory.mktemp("secured-registry")
-    port = next(p for p in range(18660, 18698, 2) if not (port_taken(p) or port_taken(p + 1)))
+    port = next(p for p in range(18660, 18698, 2) if not (port_open(p) or port_open(p + 1)))
     registry = ApicurioRegistry(port, management_port=port + 1, workdir=folder,
                                 tls=make_tls_files(folder / "tls"),
                                 users={"guardrail": "s3cret"}).start()
@@ -323,3 +323,29 @@ async def test_a_registry_over_tls_with_basic_auth_and_a_wrong_password(secured_
                 await refused.schema(schema_id)
         finally:
             await refused.close()
+
+
+async def test_a_protobuf_schema_importing_a_registered_reference(client, judge_for, tmp_path):
+    """Confluent's serializer registers an imported file as its own subject
+    (``company/labels.proto``) and the schema refers to it; it is fetched too."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from google.protobuf import descriptor_pool, message_factory
+
+    from guardrail.formats.registry_protobuf import compile_proto
+
+    labels = 'syntax = "proto3"; package company; message Labels { string model = 1; }'
+    main = ('syntax = "proto3"; package app; import "company/labels.proto"; '
+            'message Answer { string case_id = 1; string output = 2; company.Labels metadata = 3; }')
+    pool = descriptor_pool.DescriptorPool()
+    for proto in compile_proto(main, {"company/labels.proto": labels}).file:
+        pool.Add(proto)
+    answer = message_factory.GetMessageClass(pool.FindMessageTypeByName("app.Answer"))
+    topic = "reg-proto-refs"
+    value = ProtobufSerializer(answer, client, {"use.deprecated.format": False})(
+        answer(case_id="r1", output="fine", metadata={"model": "m9"}),
+        SerializationContext(topic, MessageField.VALUE))
+    assert "company/labels.proto" in client.get_subjects()
+    judge = judge_for(input_format="protobuf")
+    out = await judge.process([_raw(topic, value, 0)])
+    (result,) = [orjson.loads(o.value) for o in out if o.topic == judge.results_topic]
+    assert result["case_id"] == "r1" and result["metadata"] == {"model": "m9"}

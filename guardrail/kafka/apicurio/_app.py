@@ -12,7 +12,7 @@ import urllib.request
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-from ..._processes import Child, free_port, port_taken
+from ..._processes import Child, free_port, port_open
 from ...errors import ConfigError
 from ..apache._tls import TlsFiles
 
@@ -176,9 +176,11 @@ class ApicurioRegistry:
         reason = unavailable_reason()
         if reason:
             raise RegistryAppUnavailable(reason)
-        taken = [p for p in (self.port, self.management_port) if port_taken(p)]
-        if taken:  # another registry's /health/ready would pass for this one's
-            raise RegistryAppUnavailable(f"port {taken[0]} is taken on 127.0.0.1")
+        # Another registry's /health/ready would pass for this one's. (Listening, not
+        # merely bound: a port a stopped registry leaves in TIME-WAIT is free to Java.)
+        taken = [p for p in (self.port, self.management_port) if port_open(p)]
+        if taken:
+            raise RegistryAppUnavailable(f"something listens on port {taken[0]} of 127.0.0.1")
         self.workdir.mkdir(parents=True, exist_ok=True)
         java = find_java()
         assert java is not None  # unavailable_reason said so
