@@ -95,6 +95,28 @@ def apache_kafka(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory):
+    """Apicurio Registry (pinned in guardrail/kafka/apicurio/pom.xml), in memory on
+    loopback, one per test process, on ports 18620-18697 (a pair per process); a skip
+    that says what is missing where Java 21+ or the fetched app are not there."""
+    from guardrail.kafka.apicurio import ApicurioRegistry, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"Apicurio Registry unavailable: {reason}")
+    from guardrail._processes import port_open
+
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    # Each test process its own pair; a pair something else holds is passed over.
+    port = next(p for p in range(18620 + 2 * worker, 18698, 8)
+                if not (port_open(p) or port_open(p + 1)))
+    registry = ApicurioRegistry(port, management_port=port + 1,
+                                workdir=tmp_path_factory.mktemp("apicurio")).start()
+    yield registry
+    registry.stop()
+
+
+@pytest.fixture(scope="session")
 def apache_kafka_bootstrap(apache_kafka):
     return apache_kafka.bootstrap
 

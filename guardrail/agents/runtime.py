@@ -182,6 +182,7 @@ class WorkerRuntime:
             await self._step(f"stopping {type(service).__name__}", service.stop)
         await self._step("delivering alerts", self._drain_alerts)
         await self._step("closing the evaluator", self.message_judge.evaluator.aclose)
+        await self._step("closing the schema registry client", self.message_judge.close_registry)
         exporter = self.message_judge.exporter
         if exporter is not None:  # what it still holds is sent, within a bound
             # Briefly: a stop must fit in a few seconds even with the endpoint down.

@@ -37,6 +37,7 @@ import orjson
 
 from ..formats import build_decoder
 from ..formats.base import InputDecoder
+from ..formats.registry import RegistryDecoder
 from ..formats.reader import parse_records
 from ..config.settings import Settings
 from ..stream.envelope import BadInput, DecodedRecord, InputMessage, Source, decode_record
@@ -79,7 +80,9 @@ def check_command(path: str | None, topic: str | None, limit: int, bootstrap_ser
     if (path is None) == (topic is None):
         raise click.UsageError("give a file PATH or --topic, not both")
     settings = settings_from_flags(bootstrap_servers=bootstrap_servers, **flags)
-    decode = _decoding(settings)  # a bad mapping fails here, before anything is read
+    # A bad mapping fails here, before anything is read. A file's records are JSON:
+    # with a registry format, the decoded records, read as its inner format.
+    decode = _decoding(settings, files=path is not None)
     records = (_file_records(Path(path), settings, decode) if path is not None
                else _topic_records(settings, topic or "", limit, decode))
     runs = RunCollector(settings.runs)
@@ -105,16 +108,42 @@ def check_command(path: str | None, topic: str | None, limit: int, bootstrap_ser
 Decode = Callable[[bytes, Source], "DecodedRecord | BadInput"]
 
 
-def _decoding(settings: Settings) -> Decode:
-    """The worker's decoding of one record under ``settings``."""
+def _decoding(settings: Settings, *, files: bool = False) -> Decode:
+    """The worker's decoding of one record under ``settings`` (``files``: of a
+    record that is JSON, the registry formats' decoded record)."""
     decoder = _decoder(settings)
+    if files and isinstance(decoder, RegistryDecoder):
+        decoder = decoder.inner
 
     def decode(raw: bytes, source: Source) -> DecodedRecord | BadInput:
         return decode_record(raw, max_bytes=settings.worker.max_message_bytes, source=source,
                              decoder=decoder,
                              conversation_max_chars=settings.inputs.conversation_max_chars)
 
+    decode.decoder = decoder  # type: ignore[attr-defined]  # its schemas are learnt first
     return decode
+
+
+async def _learn_schemas(settings: Settings, decoder: Any, records: list[Any]) -> None:
+    """The registry formats: ask the registry for the schemas the records name, once
+    each, as the worker does; a registry that does not answer ends the check."""
+    from ..kafka.schema_registry import RegistryUnavailable, SchemaRegistryClient
+
+    if not isinstance(decoder, RegistryDecoder):
+        return
+    registry = SchemaRegistryClient(settings.registry)
+    try:
+        named = decoder.schema_ids((m.value, dict(m.headers or ())) for m in records)
+        for schema_id in sorted(decoder.book.missing(named), key=str):
+            found = await registry.schema(schema_id)
+            if found is None:
+                decoder.book.unknown(schema_id)
+            else:
+                decoder.book.learn(schema_id, *found)
+    except RegistryUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        await registry.close()
 
 
 def _decoder(settings: Settings) -> InputDecoder:
@@ -148,8 +177,10 @@ def _topic_records(settings: Settings, topic: str, limit: int, decode: Decode
     from ..kafka.io import tail_records
 
     async def read() -> list[Any]:
-        return [message async for message, _ in tail_records(
+        messages = [message async for message, _ in tail_records(
             settings.kafka, topic, from_beginning=True, idle_timeout=3.0, limit=limit)]
+        await _learn_schemas(settings, getattr(decode, "decoder", None), messages)
+        return messages
 
     for message in asyncio.run(read()):
         headers = tuple((name, value) for name, value in (message.headers or ()))

@@ -24,6 +24,7 @@ judge never sees the Kafka password)::
     settings.sessions    # SessionSettings (guardrail.assembly.sessions): conversations judged whole
     settings.batch_api   # BatchApiSettings (guardrail.batch_api): run --batch-api chunks, polls
     settings.gate        # GateSettings (guardrail.gate): gate mode, approved and held topics
+    settings.registry    # RegistrySettings (guardrail.kafka): Schema Registry, results_format
 
 Every setting also has one flat name, the name users write: ``judge_model``,
 ``input_topic``, ``window_seconds`` … (:data:`FLAT_NAMES`). Flat names work as
@@ -56,6 +57,7 @@ from ..formats.settings import InputSettings
 from ..gate.settings import GateSettings
 from ..judges.settings import EscalationSettings, JudgeSettings
 from ..judging.settings import DEFAULT_CACHE_PATH, EvaluationSettings
+from ..kafka.registry_settings import RegistrySettings
 from ..kafka.settings import KafkaSettings
 from ..review.settings import ReviewSettings
 from ..stream.settings import (AlertRule, SampleRule, SamplingSettings, WindowSettings,
@@ -66,7 +68,7 @@ from .file import read_config_file
 __all__ = ["Settings", "JudgeSettings", "EvaluationSettings", "KafkaSettings", "WorkerSettings",
            "WindowSettings", "AlertRule", "SamplingSettings", "InputSettings", "ReviewSettings",
            "SampleRule", "EscalationSettings", "RunSettings", "SessionSettings", "BatchApiSettings",
-           "GateSettings",
+           "GateSettings", "RegistrySettings",
            "load_settings",
            "settings_env", "env_text",
            "read_config_file", "ENV_PREFIX", "FLAT_NAMES", "DEFAULT_CACHE_PATH"]
@@ -88,13 +90,14 @@ _GROUPS: dict[str, tuple[type[BaseModel], str]] = {
     "sessions": (SessionSettings, ""),
     "batch_api": (BatchApiSettings, "batch_"),
     "gate": (GateSettings, ""),
+    "registry": (RegistrySettings, ""),
 }
 
 #: Flat name → (group, field): ``judge_model`` → ``("judge", "model")``.
 FLAT_NAMES: dict[str, tuple[str, str]] = {
     prefix + field: (group, field)
     for group, (model, prefix) in _GROUPS.items() for field in model.model_fields}
-_SECRETS = ("judge_api_key", "escalate_api_key", "sasl_password")
+_SECRETS = ("judge_api_key", "escalate_api_key", "sasl_password", "schema_registry_password")
 _LIST_FIELDS = {"group_labels", "session_association_keys"}
 _JSON_FIELDS = {"redteam", "alert_rules", "sample_rules", "verdict_thresholds",
                 "judge_protocol_options", "judge_guard_categories",
@@ -139,11 +142,24 @@ class Settings(BaseModel):
     sessions: SessionSettings = SessionSettings()
     batch_api: BatchApiSettings = BatchApiSettings()
     gate: GateSettings = GateSettings()
+    registry: RegistrySettings = RegistrySettings()
 
     @model_validator(mode="before")
     @classmethod
     def _accept_flat_names(cls, data: Any) -> Any:
         return _runs_off_at_the_gate(_nest(data))
+
+    @model_validator(mode="after")
+    def _registry_formats_need_a_registry(self) -> Settings:
+        used = [f"{name} {value}" for name, value in (
+            ("input_format", self.inputs.input_format),
+            ("results_format", self.registry.results_format),
+            ("dlq_format", self.registry.dlq_format))
+            if value in ("avro", "protobuf", "json_schema")]
+        if used and not self.registry.schema_registry_url:
+            raise ValueError(f"the registry formats ({', '.join(used)}) need schema_registry_url "
+                             "(the registry's Confluent-compatible API)")
+        return self
 
     def flat(self) -> dict[str, Any]:
         """Every setting by its flat name, as JSON-ready values (secrets included)."""

@@ -21,6 +21,10 @@ Formats:
   request/response logs.
 - ``mapping`` (:class:`~guardrail.formats.mapping.MappingDecoder`): any JSON event,
   fields picked by JMESPath expressions (``input_mapping``).
+- ``avro``, ``protobuf``, ``json_schema`` (:class:`~guardrail.formats.registry.RegistryDecoder`):
+  records in a Schema Registry's wire format, decoded with schemas from a
+  :class:`~guardrail.formats.registry.SchemaBook`, then read as one of the above;
+  results written back in it by :mod:`.registry_results`.
 
 Files of cases are read by :mod:`.reader`; the ``inputs`` settings group is
 :mod:`.settings`. It imports the judging core (a case's shape), never the stream,
@@ -50,13 +54,22 @@ class AssociationKeys(Protocol):
 
 
 def build_decoder(inputs: InputSettings, sessions: AssociationKeys | None = None, *,
-                  runs: Any = None) -> InputDecoder:
+                  runs: Any = None, schemas: Any = None) -> InputDecoder:
     """The decoder ``inputs.input_format`` names (a bad ``input_mapping`` raises
     :class:`~guardrail.errors.ConfigError` here, at startup). For ``otlp``:
     ``sessions.session_association_keys`` are the OpenLLMetry association
     properties read as a conversation id (their default without ``sessions``),
     and ``runs`` a :class:`~guardrail.assembly.runs.routing.RunRouter` when agent runs are
-    assembled (their spans then come out as ``run_spans``)."""
+    assembled (their spans then come out as ``run_spans``). For the registry
+    formats, ``schemas`` is the :class:`~.registry.SchemaBook` the caller fills
+    (a new, empty one when None)."""
+    if inputs.input_format in ("avro", "protobuf", "json_schema"):
+        from .registry import RegistryDecoder, SchemaBook
+
+        inner = "mapping" if inputs.input_mapping else inputs.schema_record_format
+        inner_decoder = build_decoder(inputs.model_copy(update={"input_format": inner}),
+                                      sessions, runs=runs)
+        return RegistryDecoder(inputs.input_format, schemas or SchemaBook(), inner_decoder)
     if inputs.input_format == "otlp":
         from .otlp import OtlpDecoder
 

@@ -13,7 +13,7 @@ from .._group_config import GROUP_CONFIG
 __all__ = ["InputSettings", "INPUT_FORMATS"]
 
 #: The values of ``input_format``.
-INPUT_FORMATS = ("case", "otlp", "openai", "mapping")
+INPUT_FORMATS = ("case", "otlp", "openai", "mapping", "avro", "protobuf", "json_schema")
 
 
 class InputSettings(BaseModel):
@@ -22,12 +22,19 @@ class InputSettings(BaseModel):
 
     model_config = GROUP_CONFIG
 
-    input_format: Literal["case", "otlp", "openai", "mapping"] = "case"
+    input_format: Literal["case", "otlp", "openai", "mapping",
+                          "avro", "protobuf", "json_schema"] = "case"
     """How an input record becomes cases: ``case`` (guardrail's own case JSON),
     ``otlp`` (the OpenTelemetry Collector kafka exporter's spans, protobuf or
     JSON), ``openai`` (chat-completions request/response logs) or ``mapping`` (any
     JSON event, through ``input_mapping``). Left at ``case``, it becomes ``mapping``
-    when ``input_mapping`` is set."""
+    when ``input_mapping`` is set. ``avro``, ``protobuf`` and ``json_schema``:
+    records in a Schema Registry's wire format (``schema_registry_url``), decoded,
+    then read as ``schema_record_format`` says."""
+    schema_record_format: Literal["case", "otlp", "openai"] = "case"
+    """For the registry formats: what a decoded record is, read as the JSON of that
+    format (``case``: the case's fields). ``input_mapping``, when set, is used
+    instead."""
     input_mapping: dict[str, str] | None = None
     """For ``mapping``: case field (``output``, ``input``, ``messages``,
     ``metadata.<label>`` …) → JMESPath expression over the event. Unset: no

@@ -15,6 +15,10 @@ creates, the topics it makes, and topics read with a plain consumer::
 - :mod:`.changelog` — a topic folded by key, read once or followed; :mod:`.io` — the
   ``produce`` and ``tail`` commands' plain clients; :mod:`.time_offsets` — the first
   offset written at or after a time, on any broker.
+- :mod:`.schema_registry` and :mod:`.registry_settings` — a Schema Registry's
+  Confluent-compatible API (schemas by id, results schemas registered) and the
+  ``registry`` settings group; :mod:`.apicurio` — Apicurio Registry on loopback
+  (``python -m guardrail.kafka.apicurio``).
 
 Bottom layer: it knows bytes, topics and brokers, never what a record means (no
 judging, no stream records, no Faust). Names are imported on first use, so the

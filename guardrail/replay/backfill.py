@@ -232,6 +232,7 @@ async def replay(settings: Settings, *, start_ms: int, end_ms: int | None = None
         await consumer.stop()
         await producer.stop()
         await evaluator.aclose()
+        await message_judge.close_registry()
 
 
 async def prepare_outputs(settings: Settings, results_topic: str | None,

@@ -39,6 +39,7 @@ from ..assembly.base import RUN_SPAN_HEADERS
 from ..formats import CaseDecoder, InputDecoder, build_decoder
 from ..judging.evaluate import Evaluator
 from ..judging.models import MetricRubric, RedteamMetrics
+from ..kafka.registry_settings import RegistrySettings
 from ..kafka.settings import KafkaSettings
 from ..review.selection import review_item
 from ..review.settings import ReviewSettings
@@ -51,6 +52,7 @@ from .session_turns import (TURN_HEADERS, counts_in_windows, message_unit, stand
                             turn_record_value, window_labels)
 from .settings import StreamGroups, WindowSettings, WorkerSettings
 from .outage import OutageWaits
+from .registry_io import RegistryIO
 from .tally import JudgeTally
 from .telemetry import Telemetry
 
@@ -123,7 +125,7 @@ class RecordJudgment:
     unreadable: str | None = None
 
 
-class MessageJudge(OutageWaits):
+class MessageJudge(OutageWaits, RegistryIO):
     """Decode, judge and turn a batch into results, judgment events and DLQ records."""
 
     def __init__(self, evaluator: Evaluator, *, worker: WorkerSettings, kafka: KafkaSettings,
@@ -136,7 +138,8 @@ class MessageJudge(OutageWaits):
                  exporter: ResultExporter | None = None,
                  review: ReviewSettings | None = None,
                  run_spans_topic: str | None = None, session_turns_topic: str | None = None,
-                 budgets: dict[str, int] | None = None) -> None:
+                 budgets: dict[str, int] | None = None,
+                 registry: RegistrySettings | None = None) -> None:
         self.evaluator = evaluator
         #: Where spans of agent runs go, keyed by trace id, to be assembled
         #: (:mod:`guardrail.agents.run_assembly`); None: runs are off.
@@ -168,6 +171,7 @@ class MessageJudge(OutageWaits):
         self.not_sampled = 0
         #: Which run produced the judgments ("live", or a replay's id): see .events.
         self.origin = origin
+        self._use_registry(registry)  # schemas in, results out: .registry_io
 
     @classmethod
     def from_settings(cls, evaluator: Evaluator, settings: StreamGroups, **options: Any,
@@ -175,6 +179,7 @@ class MessageJudge(OutageWaits):
         """Take the groups it needs (:class:`~.settings.StreamGroups`) from ``settings``."""
         options.setdefault("decoder", build_decoder(settings.inputs, settings.sessions))
         options.setdefault("conversation_max_chars", settings.inputs.conversation_max_chars)
+        options.setdefault("registry", settings.registry)
         options.setdefault("budgets", {
             "trajectory_max_chars": settings.runs.trajectory_max_chars,
             "tool_result_max_chars": settings.runs.tool_result_max_chars})
@@ -200,6 +205,8 @@ class MessageJudge(OutageWaits):
                             ) -> tuple[list[RecordJudgment], list[Outgoing]]:
         """:meth:`process`, record by record: what each input record came to, and
         the batch's judgment-event bundles (one record may hold events of many)."""
+        await self._learn_schemas(batch)  # may wait out the registry (.registry_io)
+        await self._results_schema_ready()
         records, good = self._decode(batch)
         standing = [case for case in good if standing_verdicts(case[2]) is not None]
         good = [case for case in good if standing_verdicts(case[2]) is None]
@@ -317,7 +324,7 @@ class MessageJudge(OutageWaits):
         """A DLQ record for a whole record, or (``source.index`` set) one case of it."""
         self.telemetry.messages.labels(outcome="dlq").inc()
         log.info("DLQ %s: %s", source.coordinates, reason)
-        value = orjson.dumps(dlq_record(reason, raw.value, source))
+        value = self._dlq_value(orjson.dumps(dlq_record(reason, raw.value, source)))
         return Outgoing(self.dlq_topic, source.key, value, headers=source.headers)
 
     def _records(self, raw: RawMessage, source: Source, message: InputMessage,
@@ -325,8 +332,8 @@ class MessageJudge(OutageWaits):
                  floor: int | None) -> list[Outgoing]:
         """A judged case's result (and review item); its events go to ``events``."""
         event_ms = _event_ms(source, message)
-        value = result_value(message, metrics, source, event_time_ms=event_ms,
-                             judge_model=self.evaluator.judge.model)
+        value = self._result_value(result_value(message, metrics, source, event_time_ms=event_ms,
+                                                judge_model=self.evaluator.judge.model))
         # Keyed by case_id, which decoding always set (the case's own, else
         # the input's key, else its coordinates).
         key = (message.case.case_id or source.coordinates).encode()

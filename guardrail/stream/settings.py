@@ -18,6 +18,7 @@ from .._group_config import GROUP_CONFIG
 from ..assembly.runs.settings import RunSettings
 from ..assembly.sessions.settings import SessionSettings
 from ..formats.settings import InputSettings
+from ..kafka.registry_settings import RegistrySettings
 from ..kafka.settings import KafkaSettings
 from ..review.settings import ReviewSettings
 
@@ -228,3 +229,5 @@ class StreamGroups(Protocol):
     def sessions(self) -> SessionSettings: ...
     @property
     def review(self) -> ReviewSettings: ...
+    @property
+    def registry(self) -> RegistrySettings: ...

@@ -48,7 +48,11 @@ def _runtime(events, *, stop_deadline=0.8, evaluator_fails=False):
         app=_App(events), telemetry=Telemetry(), dispatcher=dispatcher,
         settings=load_settings(environ={}, stop_deadline_seconds=stop_deadline),
         message_judge=SimpleNamespace(evaluator=_Evaluator(events, evaluator_fails),
-                                      exporter=None))
+                                      exporter=None, close_registry=_no_registry))
+
+
+async def _no_registry() -> None:
+    """The message judge's registry client: none without the registry formats."""
 
 
 def _alert(alert_id):

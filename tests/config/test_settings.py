@@ -113,6 +113,15 @@ OLD_NAMES = {
     "gate_session_hold": ("gate", "gate_session_hold"),
     "gate_max_waiting": ("gate", "gate_max_waiting"),
     "gate_transactional": ("gate", "gate_transactional"),
+    "schema_record_format": ("inputs", "schema_record_format"),
+    "schema_registry_url": ("registry", "schema_registry_url"),
+    "schema_registry_username": ("registry", "schema_registry_username"),
+    "schema_registry_password": ("registry", "schema_registry_password"),
+    "schema_registry_cafile": ("registry", "schema_registry_cafile"),
+    "schema_registry_timeout": ("registry", "schema_registry_timeout"),
+    "results_format": ("registry", "results_format"),
+    "dlq_format": ("registry", "dlq_format"),
+    "subject_name_strategy": ("registry", "subject_name_strategy"),
 }
 
 #: A value for each old name that differs from its default, as an environment string.
@@ -194,6 +203,10 @@ SAMPLE_ENV = {
     "gate": "true", "approved_topic": "ok", "held_topic": "no", "gate_on_error": "pass",
     "gate_unsure": "pass", "gate_order": "partition", "gate_hold_blocks_key": "true",
     "gate_session_hold": "true", "gate_max_waiting": "50", "gate_transactional": "true",
+    "schema_record_format": "otlp", "schema_registry_url": "http://registry:8081",
+    "schema_registry_username": "sr", "schema_registry_password": "pw",
+    "schema_registry_cafile": "/etc/ca.pem", "schema_registry_timeout": "3",
+    "results_format": "avro", "dlq_format": "protobuf", "subject_name_strategy": "record",
 }
 
 
@@ -212,6 +225,7 @@ def test_every_old_name_still_sets_its_setting_by_env_config_and_flag(tmp_path):
     values = {n: from_env.flat()[n] for n in OLD_NAMES}
     values["judge_api_key"], values["sasl_password"] = "sk-x", "pw"
     values["escalate_api_key"] = "sk-esc"
+    values["schema_registry_password"] = "pw"
     config = tmp_path / "old.json"
     config.write_bytes(orjson.dumps(values))
     for built in (load_settings(config, environ={}), load_settings(environ={}, **values),
