@@ -97,8 +97,10 @@ def apache_kafka(tmp_path_factory):
 @pytest.fixture(scope="session")
 def schema_registry(tmp_path_factory):
     """Apicurio Registry (pinned in guardrail/kafka/apicurio/pom.xml), in memory on
-    loopback, one per test process, on ports 18620-18697 (a pair per process); a skip
-    that says what is missing where Java 21+ or the fetched app are not there."""
+    loopback, one per test process, on ports 18620-18697 (a pair per process; another
+    range with ``GUARDRAIL_TEST_REGISTRY_PORTS=18700-18799``, for runs that share the
+    machine); a skip that says what is missing where Java 21+ or the fetched app are
+    not there."""
     from guardrail.kafka.apicurio import ApicurioRegistry, unavailable_reason
 
     reason = unavailable_reason()
@@ -108,7 +110,9 @@ def schema_registry(tmp_path_factory):
 
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
     # Each test process its own pair; a pair something else holds is passed over.
-    port = next(p for p in range(18620 + 2 * worker, 18698, 8)
+    first, last = map(int, os.environ.get("GUARDRAIL_TEST_REGISTRY_PORTS",
+                                          "18620-18697").split("-"))
+    port = next(p for p in range(first + 2 * worker, last, 8)
                 if not (port_open(p) or port_open(p + 1)))
     registry = ApicurioRegistry(port, management_port=port + 1,
                                 workdir=tmp_path_factory.mktemp("apicurio")).start()

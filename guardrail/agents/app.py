@@ -30,7 +30,6 @@ import tempfile
 from pathlib import Path
 
 import faust
-import orjson
 
 from ..judges.build import build_evaluator
 from ..judging.judge import Judge
@@ -41,6 +40,7 @@ from ..stream.alerts import AlertDispatcher, Sender
 from ..stream.budget import check_budget_prices
 from ..stream.otel_export import evaluation_exporter
 from ..stream.processing import MessageJudge
+from ..stream.registry_alerts import AlertValues
 from ..stream.telemetry import Telemetry
 from ..formats import build_decoder
 from ..assembly.runs.routing import RunRouter
@@ -163,15 +163,17 @@ def _run_options(settings: Settings) -> dict[str, object]:
 
 
 def _alerts_sender(app: faust.App, settings: Settings) -> Sender:
-    """Write an alert to the alerts topic and wait for the broker's ack."""
+    """Write an alert to the alerts topic (in ``alerts_format``) and wait for the
+    broker's ack."""
     alerts_topic = app.topic(settings.kafka.alerts_topic, key_type=bytes, value_type=bytes,
                              key_serializer="raw", value_serializer="raw")
+    values = AlertValues(settings.registry, settings.kafka.alerts_topic)
 
     async def send_alert(alert: dict[str, object]) -> None:
         # Regression alerts are keyed by metric; budget alerts by their kind.
         key = alert.get("metric") or alert.get("kind") or "alert"
         fut = await alerts_topic.send(key=str(key).encode(),
-                                      value=orjson.dumps(alert))
+                                      value=await values.of(alert))
         await fut
 
     return send_alert

@@ -154,7 +154,8 @@ class Settings(BaseModel):
         used = [f"{name} {value}" for name, value in (
             ("input_format", self.inputs.input_format),
             ("results_format", self.registry.results_format),
-            ("dlq_format", self.registry.dlq_format))
+            ("dlq_format", self.registry.dlq_format),
+            ("alerts_format", self.registry.alerts_format))
             if value in ("avro", "protobuf", "json_schema")]
         if used and not self.registry.schema_registry_url:
             raise ValueError(f"the registry formats ({', '.join(used)}) need schema_registry_url "

@@ -1,6 +1,6 @@
 """The ``registry`` settings group (flat names ``schema_registry_url``,
 ``schema_registry_username`` …, ``results_format``, ``dlq_format``,
-``subject_name_strategy``):
+``alerts_format``, ``subject_name_strategy``):
 which Schema Registry the registry formats use, how to reach it, and how
 results are written; part of :class:`guardrail.config.Settings`."""
 
@@ -40,14 +40,20 @@ class RegistrySettings(BaseModel):
     """How result records are written: ``json`` (guardrail's JSON) or, in the
     registry wire format, ``avro``, ``protobuf`` or ``json_schema``, with the
     schema of ``guardrail/formats/schemas/`` registered under the results topic's
-    subject (``subject_name_strategy``). The DLQ follows ``dlq_format``; alerts and
-    the other topics stay JSON."""
+    subject (``subject_name_strategy``). The DLQ follows ``dlq_format``, alerts
+    ``alerts_format``; the other topics stay JSON."""
     dlq_format: Literal["json", "avro", "protobuf", "json_schema"] = "json"
     """How DLQ records are written: ``json``, or in the registry wire format as
     ``results_format`` (schemas ``dlq_record.*``, record ``dev.guardrail.DlqRecord``,
     registered under the DLQ topic's subject)."""
+    alerts_format: Literal["json", "avro", "protobuf", "json_schema"] = "json"
+    """How alerts are written to ``alerts_topic``: ``json``, or in the registry wire
+    format as ``results_format`` (schemas ``alert_record.*``: an Avro union of the
+    three alert records, a Protobuf ``dev.guardrail.Alert`` holding one of them, a
+    JSON Schema ``oneOf``), registered under the alerts topic's subject at the
+    first alert. The webhook still gets the JSON."""
     subject_name_strategy: Literal["topic", "record", "topic-record"] = "topic"
-    """The subject the results schema is registered under: ``topic``
+    """The subject the results (DLQ, alerts) schema is registered under: ``topic``
     (``<results_topic>-value``), ``record`` (the record's full name,
     ``dev.guardrail.RedteamResult``) or ``topic-record`` (both, joined by ``-``),
     as the Confluent serializers name them."""

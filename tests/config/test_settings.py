@@ -121,6 +121,7 @@ OLD_NAMES = {
     "schema_registry_timeout": ("registry", "schema_registry_timeout"),
     "results_format": ("registry", "results_format"),
     "dlq_format": ("registry", "dlq_format"),
+    "alerts_format": ("registry", "alerts_format"),
     "subject_name_strategy": ("registry", "subject_name_strategy"),
 }
 
@@ -206,7 +207,8 @@ SAMPLE_ENV = {
     "schema_record_format": "otlp", "schema_registry_url": "http://registry:8081",
     "schema_registry_username": "sr", "schema_registry_password": "pw",
     "schema_registry_cafile": "/etc/ca.pem", "schema_registry_timeout": "3",
-    "results_format": "avro", "dlq_format": "protobuf", "subject_name_strategy": "record",
+    "results_format": "avro", "dlq_format": "protobuf", "alerts_format": "json_schema",
+    "subject_name_strategy": "record",
 }
 
 
