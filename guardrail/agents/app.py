@@ -34,6 +34,7 @@ import faust
 from ..judges.build import build_evaluator
 from ..judging.judge import Judge
 from ..kafka.clients import resolve_bootstrap, ssl_context
+from ..kafka.registry_settings import check_registry
 from .rates_view import RatesView
 from ..config.settings import Settings
 from ..stream.alerts import AlertDispatcher, Sender
@@ -99,6 +100,7 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
     # Settings that cannot work refuse before anything connects (exit 2).
     check_budget_prices(settings.sampling, settings.judge)
     check_gate(settings.gate, settings.sampling, settings.review)
+    check_registry(settings.registry, settings.inputs.input_format)
     app = GuardrailFaustApp(settings.kafka.app_id,
                             fetch_wait_ms=settings.worker.consumer_fetch_wait_ms,
                             **faust_options(settings))

@@ -40,6 +40,7 @@ from ..formats.base import InputDecoder
 from ..formats.registry import RegistryDecoder
 from ..formats.reader import parse_records
 from ..config.settings import Settings
+from ..kafka.registry_settings import check_registry
 from ..stream.envelope import BadInput, DecodedRecord, InputMessage, Source, decode_record
 from .batch import input_format_options, settings_from_flags, settings_options
 from .inputs_runs import RunCollector, run_text, span_counts
@@ -80,6 +81,8 @@ def check_command(path: str | None, topic: str | None, limit: int, bootstrap_ser
     if (path is None) == (topic is None):
         raise click.UsageError("give a file PATH or --topic, not both")
     settings = settings_from_flags(bootstrap_servers=bootstrap_servers, **flags)
+    if topic is not None:  # a topic's records are asked of the registry; a file's are JSON
+        check_registry(settings.registry, settings.inputs.input_format, writes=False)
     # A bad mapping fails here, before anything is read. A file's records are JSON:
     # with a registry format, the decoded records, read as its inner format.
     decode = _decoding(settings, files=path is not None)

@@ -16,6 +16,7 @@ import orjson
 from ..formats.reader import parse_records
 from ..kafka.broker import DEFAULT_PORT, EmbeddedBroker
 from ..kafka.io import produce_records, tail_records
+from ..kafka.registry_settings import check_registry
 from ..kafka.topics import ensure_topics
 from .._event_time import parse_event_time
 from .batch import batch_api_options, input_format_options, settings_from_flags, settings_options
@@ -253,6 +254,7 @@ def replay_command(start: str, end: str | None, topic: str | None, results_topic
         raise click.UsageError("--processes runs in one process with --batch-api (one state "
                                "file) and --sample-rate (version counts in one memory)")
     settings = _settings(**flags)
+    check_registry(settings.registry, settings.inputs.input_format)  # before Kafka is asked
     start_ms, end_ms = _time(start), _time(end)
 
     reporter = Progress("replayed", unit="messages", enabled=not quiet)

@@ -149,19 +149,6 @@ class Settings(BaseModel):
     def _accept_flat_names(cls, data: Any) -> Any:
         return _runs_off_at_the_gate(_nest(data))
 
-    @model_validator(mode="after")
-    def _registry_formats_need_a_registry(self) -> Settings:
-        used = [f"{name} {value}" for name, value in (
-            ("input_format", self.inputs.input_format),
-            ("results_format", self.registry.results_format),
-            ("dlq_format", self.registry.dlq_format),
-            ("alerts_format", self.registry.alerts_format))
-            if value in ("avro", "protobuf", "json_schema")]
-        if used and not self.registry.schema_registry_url:
-            raise ValueError(f"the registry formats ({', '.join(used)}) need schema_registry_url "
-                             "(the registry's Confluent-compatible API)")
-        return self
-
     def flat(self) -> dict[str, Any]:
         """Every setting by its flat name, as JSON-ready values (secrets included)."""
         groups = self.model_dump(mode="json")

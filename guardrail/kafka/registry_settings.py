@@ -2,7 +2,11 @@
 ``schema_registry_username`` …, ``results_format``, ``dlq_format``,
 ``alerts_format``, ``subject_name_strategy``):
 which Schema Registry the registry formats use, how to reach it, and how
-results are written; part of :class:`guardrail.config.Settings`."""
+results are written; part of :class:`guardrail.config.Settings`.
+
+The commands that talk to the registry refuse a registry format without
+``schema_registry_url`` (:func:`check_registry`); ``guardrail run`` and
+``inputs check`` on a file never do, their records being the decoded JSON."""
 
 from __future__ import annotations
 
@@ -12,8 +16,13 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr
 
 from .._group_config import GROUP_CONFIG
+from ..errors import ConfigError
 
-__all__ = ["RegistrySettings"]
+__all__ = ["RegistrySettings", "check_registry"]
+
+#: The format settings' values that are the registry wire format.
+_REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
+_WRITTEN = ("results_format", "dlq_format", "alerts_format")
 
 
 class RegistrySettings(BaseModel):
@@ -24,8 +33,10 @@ class RegistrySettings(BaseModel):
     schema_registry_url: str | None = None
     """Base URL of the registry's Confluent-compatible REST API
     (``http://registry:8081``; Apicurio: ``…/apis/ccompat/v7``). The registry
-    formats (``input_format`` or ``results_format`` ``avro``, ``protobuf``,
-    ``json_schema``) need it. Unset: no registry."""
+    formats (``input_format``, ``results_format``, ``dlq_format`` or
+    ``alerts_format`` ``avro``, ``protobuf``, ``json_schema``) need it in the
+    worker, ``replay`` and ``inputs check --topic``; ``guardrail run`` and
+    ``inputs check`` on a file read decoded JSON, without it. Unset: no registry."""
     schema_registry_username: str | None = None
     """User of the registry's HTTP basic auth; with ``schema_registry_password``."""
     schema_registry_password: SecretStr | None = None
@@ -57,3 +68,23 @@ class RegistrySettings(BaseModel):
     (``<results_topic>-value``), ``record`` (the record's full name,
     ``dev.guardrail.RedteamResult``) or ``topic-record`` (both, joined by ``-``),
     as the Confluent serializers name them."""
+
+
+def check_registry(registry: RegistrySettings, input_format: str, *, writes: bool = True) -> None:
+    """Refuse registry formats without ``schema_registry_url`` where a registry is
+    used: :class:`~guardrail.errors.ConfigError`, naming the settings. The worker and
+    ``replay`` read ``input_format`` and write the topics of ``results_format``,
+    ``dlq_format`` and ``alerts_format``; ``inputs check --topic`` only reads
+    (``writes=False``)::
+
+        check_registry(settings.registry, settings.inputs.input_format)
+        # ConfigError: the registry formats (input_format avro) need schema_registry_url …
+    """
+    named = [("input_format", input_format)]
+    if writes:
+        named += [(name, getattr(registry, name)) for name in _WRITTEN]
+    used = [f"{name} {value}" for name, value in named if value in _REGISTRY_FORMATS]
+    if used and not registry.schema_registry_url:
+        raise ConfigError(f"the registry formats ({', '.join(used)}) need schema_registry_url "
+                          "(the registry's Confluent-compatible API; "
+                          "GUARDRAIL_SCHEMA_REGISTRY_URL)")
