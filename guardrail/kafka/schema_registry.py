@@ -142,7 +142,7 @@ class SchemaRegistryClient:
         if status == 200 and isinstance(data, dict) and isinstance(data.get("id"), int):
             return int(data["id"])
         if status == 409 or (isinstance(data, dict) and data.get("error_code") in (409, 42201)):
-            raise ConfigError(f"schema registry refused the results schema under {subject}: "
+            raise ConfigError(f"schema registry refused the schema under {subject}: "
                               f"{_message(data, b'')} (an incompatible schema is registered there)")
         raise RegistryUnavailable(f"schema registry {self.url} answered {status} registering "
                                   f"under {subject}: {_message(data, b'')}")

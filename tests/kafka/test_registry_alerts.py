@@ -40,9 +40,8 @@ def fired_alerts(tmp_path) -> list[dict]:
     return [orjson.loads(orjson.dumps(a)) for a in alerts]  # as the JSON topic has them
 
 
-async def send_through_the_alerts_sender(settings, alerts) -> list[tuple[bytes, bytes]]:
-    """What the worker's alerts sender hands its producer (``send(key, value)``)."""
-    sent = []
+def alerts_sender(settings, sent: list[tuple[bytes, bytes]]):
+    """The worker's alerts sender, its producer's ``send(key, value)`` kept in ``sent``."""
 
     async def send(key, value):
         sent.append((key, value))
@@ -52,7 +51,13 @@ async def send_through_the_alerts_sender(settings, alerts) -> list[tuple[bytes, 
         return acked()
 
     app = SimpleNamespace(topic=lambda *args, **kwargs: SimpleNamespace(send=send))
-    send_alert = _alerts_sender(app, settings)
+    return _alerts_sender(app, settings)
+
+
+async def send_through_the_alerts_sender(settings, alerts) -> list[tuple[bytes, bytes]]:
+    """What the worker's alerts sender hands its producer, one alert after another."""
+    sent: list[tuple[bytes, bytes]] = []
+    send_alert = alerts_sender(settings, sent)
     for alert in alerts:
         await send_alert(alert)
     return sent
@@ -119,3 +124,39 @@ async def test_protobuf_and_json_schema_alerts_under_the_record_subject(schema_r
                                          preserving_proto_field_name=True)
         assert held["alert_id"] == alert["alert_id"] and held["reasons"] == alert["reasons"]
         assert held.get("group", {}) == alert.get("group", {})
+
+
+async def test_a_registry_away_when_an_alert_fires_costs_that_record_not_the_next(
+        schema_registry, tmp_path, caplog, monkeypatch):
+    from guardrail.kafka.schema_registry import SchemaRegistryClient as RegistryClient
+    from guardrail.stream import registry_alerts
+    from guardrail.stream.alerts import AlertDispatcher
+
+    asked = []
+
+    def registry_client(registry_settings):
+        client = RegistryClient(registry_settings)
+        asked.append(client)
+        if len(asked) == 2:  # the registry is back for the second alert
+            client.url = schema_registry.ccompat_url
+        return client
+
+    monkeypatch.setattr(registry_alerts, "SchemaRegistryClient", registry_client)
+
+    first, second = fired_alerts(tmp_path)[:2]
+    settings = load_settings(environ={}, alerts_format="avro", alerts_topic="reg-away",
+                             schema_registry_url="http://127.0.0.1:18733")  # nothing listens
+    sent: list[tuple[bytes, bytes]] = []
+    dispatcher = AlertDispatcher(webhook_url=None, timeout=1,
+                                 send_to_topic=alerts_sender(settings, sent))
+    dispatcher.dispatch(first)
+    assert await dispatcher.drain() == [] and sent == []
+    assert "alert not written to the alerts topic: schema registry http://127.0.0.1:18733 " \
+           "does not answer" in caplog.text
+    dispatcher.dispatch(second)
+    assert await dispatcher.drain() == [] and len(asked) == 2
+    client = SchemaRegistryClient({"url": schema_registry.ccompat_url})
+    ((key, value),) = sent
+    assert key == b"budget"
+    assert AvroDeserializer(client)(value, SerializationContext(
+        "reg-away", MessageField.VALUE)) == as_avro_reads(second)
