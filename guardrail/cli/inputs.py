@@ -82,7 +82,7 @@ def check_command(path: str | None, topic: str | None, limit: int, bootstrap_ser
         raise click.UsageError("give a file PATH or --topic, not both")
     settings = settings_from_flags(bootstrap_servers=bootstrap_servers, **flags)
     if topic is not None:  # a topic's records are asked of the registry; a file's are JSON
-        check_registry(settings.registry, settings.inputs.input_format, writes=False)
+        check_registry(settings.registry, settings.inputs.input_format, writes=())
     # A bad mapping fails here, before anything is read. A file's records are JSON:
     # with a registry format, the decoded records, read as its inner format.
     decode = _decoding(settings, files=path is not None)

@@ -10,6 +10,7 @@ The commands that talk to the registry refuse a registry format without
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -18,11 +19,12 @@ from pydantic import BaseModel, Field, SecretStr
 from .._group_config import GROUP_CONFIG
 from ..errors import ConfigError
 
-__all__ = ["RegistrySettings", "check_registry"]
+__all__ = ["RegistrySettings", "WRITTEN_FORMATS", "check_registry"]
 
 #: The format settings' values that are the registry wire format.
 _REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
-_WRITTEN = ("results_format", "dlq_format", "alerts_format")
+#: The format settings of the topics the worker writes (``replay`` writes no alerts).
+WRITTEN_FORMATS = ("results_format", "dlq_format", "alerts_format")
 
 
 class RegistrySettings(BaseModel):
@@ -70,19 +72,19 @@ class RegistrySettings(BaseModel):
     as the Confluent serializers name them."""
 
 
-def check_registry(registry: RegistrySettings, input_format: str, *, writes: bool = True) -> None:
+def check_registry(registry: RegistrySettings, input_format: str, *,
+                   writes: Iterable[str] = WRITTEN_FORMATS) -> None:
     """Refuse registry formats without ``schema_registry_url`` where a registry is
-    used: :class:`~guardrail.errors.ConfigError`, naming the settings. The worker and
-    ``replay`` read ``input_format`` and write the topics of ``results_format``,
-    ``dlq_format`` and ``alerts_format``; ``inputs check --topic`` only reads
-    (``writes=False``)::
+    used: :class:`~guardrail.errors.ConfigError`, naming the settings. The worker
+    reads ``input_format`` and writes the topics of :data:`WRITTEN_FORMATS`;
+    ``replay`` writes results and the DLQ; ``inputs check --topic`` only reads::
 
         check_registry(settings.registry, settings.inputs.input_format)
+        check_registry(settings.registry, "avro", writes=())   # inputs check --topic
         # ConfigError: the registry formats (input_format avro) need schema_registry_url …
     """
     named = [("input_format", input_format)]
-    if writes:
-        named += [(name, getattr(registry, name)) for name in _WRITTEN]
+    named += [(name, getattr(registry, name)) for name in writes]
     used = [f"{name} {value}" for name, value in named if value in _REGISTRY_FORMATS]
     if used and not registry.schema_registry_url:
         raise ConfigError(f"the registry formats ({', '.join(used)}) need schema_registry_url "

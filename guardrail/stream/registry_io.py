@@ -51,7 +51,9 @@ class RegistryIO:
         self.registry_settings, self._encoders = settings, {}
         wanted = isinstance(self.decoder, RegistryDecoder) or (settings is not None and (
             settings.results_format != "json" or settings.dlq_format != "json"))
-        if wanted and settings is not None and settings.schema_registry_url:
+        if wanted and settings is not None:
+            # Without schema_registry_url this refuses (ConfigError): the commands say
+            # so first (check_registry); this catches a caller that builds a judge itself.
             self.registry = SchemaRegistryClient(settings)
 
     async def _learn_schemas(self, batch: Iterable[Any]) -> None:

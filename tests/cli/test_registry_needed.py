@@ -72,6 +72,25 @@ def test_the_commands_that_use_a_registry_refuse_to_start_without_one(
     monkeypatch.setenv("GUARDRAIL_BOOTSTRAP_SERVERS", "127.0.0.1:18732")
     code, err = exit_of(argv, capsys)
     assert code == 2
-    assert err.strip().splitlines() == [
-        f"error: the registry formats ({named}) need schema_registry_url (the registry's "
-        "Confluent-compatible API; GUARDRAIL_SCHEMA_REGISTRY_URL)"]
+    expected = (f"error: the registry formats ({named}) need schema_registry_url (the "
+                "registry's Confluent-compatible API; GUARDRAIL_SCHEMA_REGISTRY_URL)")
+    assert err.strip().splitlines() == [expected]
+
+
+def test_a_replay_writes_no_alerts_so_alerts_format_asks_no_registry(no_registry, monkeypatch,
+                                                                     capsys):
+    monkeypatch.setenv("GUARDRAIL_ALERTS_FORMAT", "avro")
+    monkeypatch.setenv("GUARDRAIL_BOOTSTRAP_SERVERS", "127.0.0.1:18732")  # nothing listens
+    code, err = exit_of(["replay", "--from", "0", "--quiet"], capsys)
+    assert code == 2 and "schema_registry_url" not in err
+    assert err.startswith("error: cannot reach Kafka at 127.0.0.1:18732"), err
+
+
+def test_a_judge_built_in_code_with_a_registry_format_and_no_registry_refuses(
+        make_settings, evaluators):
+    from guardrail.errors import ConfigError
+    from guardrail.stream.processing import MessageJudge
+
+    settings = make_settings(input_format="avro")  # settings alone do not refuse it
+    with pytest.raises(ConfigError, match="need schema_registry_url"):
+        MessageJudge.from_settings(evaluators(settings), settings)
