@@ -179,9 +179,13 @@ async def test_the_runtime_starts_the_view_and_stops_it_first_on_close():
         async def aclose(self):
             events.append("evaluator closed")
 
+    async def no_registry():  # the message judge's registry client: none here
+        pass
+
     runtime = WorkerRuntime(
         app=App(), settings=load_settings(environ={}), telemetry=Telemetry(),
-        message_judge=SimpleNamespace(evaluator=Evaluator(), exporter=None),
+        message_judge=SimpleNamespace(evaluator=Evaluator(), exporter=None,
+                                      close_registry=no_registry),
         dispatcher=AlertDispatcher(webhook_url=None, timeout=1, send_to_topic=None),
         rates_view=_View(events))
     await runtime.start()
