@@ -2,8 +2,8 @@
 
 In: one case record decoded into the case dict the stream validates (``case``
 JSON; Avro, Protobuf and JSON Schema in the registry wire format). Out: one
-result record (the JSON the stream writes; re-encoded as framed Avro or JSON
-Schema by :class:`~guardrail.formats.registry_results.ResultEncoder`). No
+result record (the JSON the stream writes; re-encoded as framed Avro, Protobuf or
+JSON Schema by :class:`~guardrail.formats.registry_results.ResultEncoder`). No
 registry and no broker: the schema book is filled first, as the worker's is
 after its first batch of a schema id::
 
@@ -75,6 +75,7 @@ def decoding(n: int) -> dict[str, float]:
 def encoding(n: int) -> dict[str, float]:
     value = a_result()
     encoders = {"json": lambda v: v, "avro": ResultEncoder("avro", 1).encode,
+                "protobuf": ResultEncoder("protobuf", 3).encode,
                 "json_schema": ResultEncoder("json_schema", 2).encode}
     return {name: per_record_us(encode, [value] * n) for name, encode in encoders.items()}
 
