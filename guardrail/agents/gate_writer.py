@@ -154,6 +154,15 @@ class _Partition:
             self.next_offset = offset + 1
 
 
+async def _drain(state: _Partition, timeout: float | None = None) -> None:
+    """No new writes that belong together (``together``) until ``reopened`` is set
+    again; return once those under way ended."""
+    state.reopened.clear()
+    if state.holders:
+        state.drained.clear()
+        await asyncio.wait_for(state.drained.wait(), timeout)
+
+
 class TransactionalWriter:
     """A transactional producer per input partition (see the module text)."""
 
@@ -161,6 +170,7 @@ class TransactionalWriter:
 
     def __init__(self, *, kafka: Any, app_id: str, input_topic: str, table: Any,
                  serializers: Any, on_fatal: Callable[[str], None],
+                 assignment: Callable[[], Any] = lambda: (),
                  commit_seconds: float = COMMIT_SECONDS) -> None:
         self.kafka, self.app_id, self.input_topic = kafka, app_id, input_topic
         self.table, self.serializers, self.on_fatal = table, serializers, on_fatal
@@ -169,8 +179,7 @@ class TransactionalWriter:
         self._partitions: dict[int, _Partition] = {}
         self._starting: dict[int, asyncio.Future[_Partition]] = {}
         self.failed = False
-        #: The worker consumer's assignment (set by :func:`writer_for`).
-        self.consumer_assignment: Callable[[], Any] = lambda: ()
+        self.assignment = assignment  # the worker consumer's topic partitions now
 
     def transactional_id(self, partition: int) -> str:
         return f"{self.app_id}-gate-{self.input_topic}-{partition}"
@@ -193,7 +202,7 @@ class TransactionalWriter:
         started: each start fences the partition's previous owner and waits for
         its open transaction to be committed or aborted, so what it committed is
         readable (the gate table's recovery and the committed offsets wait for it)."""
-        assigned = {tp.partition for tp in self.consumer_assignment()
+        assigned = {tp.partition for tp in self.assignment()
                     if tp.topic == self.input_topic}
         self.assign(assigned)  # before the rebalance's signal, which may come later
         starting = [self._starting[p] for p in assigned if p in self._starting]
@@ -236,11 +245,8 @@ class TransactionalWriter:
         return state
 
     async def _retire(self, state: _Partition) -> None:
-        state.reopened.clear()
-        if state.holders:
-            state.drained.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(state.drained.wait(), 10.0)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await _drain(state, timeout=10.0)
         try:
             async with state.lock:
                 await self._commit_locked(state)
@@ -329,10 +335,7 @@ class TransactionalWriter:
 
     async def _commit_later(self, state: _Partition) -> None:
         await asyncio.sleep(self.commit_seconds)
-        state.reopened.clear()  # no new writes that belong together: those under way end
-        if state.holders:
-            state.drained.clear()
-            await state.drained.wait()
+        await _drain(state)
         try:
             async with state.lock:
                 await self._commit_locked(state)
@@ -382,8 +385,8 @@ def writer_for(runtime: WorkerRuntime, table: Any) -> DirectWriter | Transaction
     writer = TransactionalWriter(
         kafka=s.kafka, app_id=s.kafka.app_id, input_topic=s.kafka.input_topic, table=table,
         serializers=app.serializers,
-        on_fatal=lambda why: runtime.stop_on_fatal(why, EXIT_TRANSACTION_FAILED))
-    writer.consumer_assignment = lambda: app.consumer.assignment()
+        on_fatal=lambda why: runtime.stop_on_fatal(why, EXIT_TRANSACTION_FAILED),
+        assignment=lambda: app.consumer.assignment())
     app.transactions_settled = writer.settled
     app.before_producer_stops(writer.close)
     return writer

@@ -29,10 +29,11 @@ revoke hooks at the end of each revoke phase (``after_revoke``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import aiokafka
@@ -131,32 +132,45 @@ async def _offsets_since_horizon(options: dict[str, Any], partitions: list[Any],
     return found
 
 
+@contextlib.asynccontextmanager
+async def _probe(options: dict[str, Any], seek: Mapping[Any, int],
+                 **consumer: Any) -> AsyncIterator[aiokafka.AIOKafkaConsumer]:
+    """A throwaway group-less consumer assigned the partitions of ``seek``, each
+    sought to its offset there (one whose start fails is not stopped)."""
+    probe = aiokafka.AIOKafkaConsumer(group_id=None, enable_auto_commit=False,
+                                      fetch_max_wait_ms=100, **consumer, **options)
+    await probe.start()
+    try:
+        probe.assign(list(seek))
+        for key, offset in seek.items():
+            probe.seek(key, offset)
+        yield probe
+    finally:
+        await probe.stop()
+
+
+def _with_data(reported: Mapping[Any, int]) -> dict[aiokafka.TopicPartition, Any]:
+    """aiokafka's partition -> the caller's, for the partitions with records."""
+    return {aiokafka.TopicPartition(tp.topic, tp.partition): tp
+            for tp, end in reported.items() if end > 0}
+
+
 async def fetched_highwaters(options: dict[str, Any], reported: Mapping[Any, int], *,
                              timeout: float = 10.0) -> dict[Any, int]:
     """The high watermark a fetch returns for each partition with data, read
     by a throwaway group-less consumer positioned at the reported end - 1
     (a record that exists: the last batch's first). Partitions it could not
     read within ``timeout`` are left out (the caller keeps the reported end)."""
-    wanted = {aiokafka.TopicPartition(tp.topic, tp.partition): tp
-              for tp, end in reported.items() if end > 0}
+    wanted = _with_data(reported)
     if not wanted:
         return {}
-    probe = aiokafka.AIOKafkaConsumer(group_id=None, enable_auto_commit=False,
-                                      fetch_max_wait_ms=100, **options)
-    started = False
     try:
-        await probe.start()
-        started = True
-        probe.assign(list(wanted))
-        for key, tp in wanted.items():
-            probe.seek(key, reported[tp] - 1)
-        return await _read_highwaters(probe, wanted, timeout)
+        async with _probe(options, {key: reported[tp] - 1 for key, tp in wanted.items()}
+                          ) as probe:
+            return await _read_highwaters(probe, wanted, timeout)
     except Exception as exc:  # the reported offsets are still a usable answer
         log.warning("could not read changelog high watermarks (%s); using reported ends", exc)
         return {}
-    finally:
-        if started:  # a consumer whose start failed is left as it is
-            await probe.stop()
 
 
 async def committed_ends(options: dict[str, Any], reported: Mapping[Any, int], *,
@@ -165,19 +179,12 @@ async def committed_ends(options: dict[str, Any], reported: Mapping[Any, int], *
     the reported end (the last stable offset): the transaction markers after it
     hold no record. Read from ``back`` offsets before the end (every transaction
     writes records beside its marker); a partition with none there keeps its end."""
-    wanted = {aiokafka.TopicPartition(tp.topic, tp.partition): tp
-              for tp, end in reported.items() if end > 0}
+    wanted = _with_data(reported)
     ends = dict(reported)
     if not wanted:
         return ends
-    probe = aiokafka.AIOKafkaConsumer(group_id=None, enable_auto_commit=False,
-                                      isolation_level="read_committed", fetch_max_wait_ms=100,
-                                      **options)
-    await probe.start()
-    try:
-        probe.assign(list(wanted))
-        for key, tp in wanted.items():
-            probe.seek(key, max(0, reported[tp] - back))
+    seek = {key: max(0, reported[tp] - back) for key, tp in wanted.items()}
+    async with _probe(options, seek, isolation_level="read_committed") as probe:
         last: dict[Any, int] = {}
         pending = set(wanted)
         deadline = asyncio.get_running_loop().time() + timeout
@@ -186,12 +193,10 @@ async def committed_ends(options: dict[str, Any], reported: Mapping[Any, int], *
             for key, records in batch.items():
                 last[key] = max([last.get(key, -1), *(r.offset for r in records)])
             pending = {key for key in pending if await probe.position(key) < reported[wanted[key]]}
-        for key, tp in wanted.items():
-            if key in last and last[key] >= 0:
-                ends[tp] = last[key] + 1
-        return ends
-    finally:
-        await probe.stop()
+    for key, tp in wanted.items():
+        if key in last and last[key] >= 0:
+            ends[tp] = last[key] + 1
+    return ends
 
 
 async def _read_highwaters(probe: aiokafka.AIOKafkaConsumer, wanted: Mapping[Any, Any],

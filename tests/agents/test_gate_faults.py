@@ -36,12 +36,8 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(420)]
 
 
 @pytest.fixture
-def judge(thread_judge):
-    thread_judge.reset()
-    yield thread_judge
-    thread_judge.latency = thread_judge.latency_max = 0.0
-    thread_judge.responder = None
-    thread_judge.reset()
+def judge(slow_judge):
+    return slow_judge
 
 
 def _said(account, env):

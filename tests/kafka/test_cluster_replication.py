@@ -130,7 +130,7 @@ def test_two_brokers_of_three_down_stop_progress_which_the_worker_reports_then_r
 @pytest.mark.apache_kafka
 @pytest.mark.timeout(300)
 def test_a_leader_killed_while_gating_loses_no_record_and_forwards_none_differently(
-        apache_cluster, thread_judge, tmp_path):
+        apache_cluster, slow_judge, tmp_path):
     """Gate mode: SIGKILL the broker leading partition 0 of the approved topic (it
     leads about a third of every topic's partitions: input, gate changelog, held)
     a quarter into the stream; it comes back 10 s later. The worker's writes wait
@@ -138,10 +138,9 @@ def test_a_leader_killed_while_gating_loses_no_record_and_forwards_none_differen
     the held topic or the DLQ, none in two, key order holds, the worker never
     restarts. The judge answers UNSAFE when asked again about an output, so a record
     judged again after the fault and forwarded by the new verdict would show."""
-    thread_judge.reset()
-    thread_judge.latency, thread_judge.latency_max = 0.1, 0.4
-    thread_judge.responder = ledger = JudgeLedger(second_opinion=True)
-    env = gate_env(apache_cluster.bootstrap, thread_judge, tmp_path, topic_partitions=4,
+    slow_judge.latency, slow_judge.latency_max = 0.1, 0.4
+    slow_judge.responder = ledger = JudgeLedger(second_opinion=True)
+    env = gate_env(apache_cluster.bootstrap, slow_judge, tmp_path, topic_partitions=4,
                    judge_concurrency=16)
     records = keyed_cases(600, keys=30)
     n = len(records)
@@ -161,9 +160,6 @@ def test_a_leader_killed_while_gating_loses_no_record_and_forwards_none_differen
         alive = worker.poll() is None
     finally:
         env.stop_workers()
-        thread_judge.responder = None
-        thread_judge.latency = thread_judge.latency_max = 0.0
-        thread_judge.reset()
     account.update(node=node, killed_at=killed_at, worker_alive=alive,
                    judged_again=ledger.judged_again(),
                    seconds=round(time.monotonic() - started, 1))
