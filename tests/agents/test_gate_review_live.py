@@ -66,9 +66,20 @@ def _case_ids(messages) -> list[str]:
     return [header(m, "guardrail.case_id").decode() for m in messages]
 
 
+def _shown_item(port: int, timeout: float = 30) -> dict:
+    """The review page's next item, waited for: the page folds the review topic, which
+    the gate writes beside the held record, so the item may show a moment after it."""
+    deadline = time.monotonic() + timeout
+    shown = _review(port)
+    while shown["item"] is None and time.monotonic() < deadline:
+        time.sleep(0.3)
+        shown = _review(port)
+    return shown
+
+
 def _answer_next(port: int, answer: str) -> str:
     """Answer the hold on the next item (agreeing with the judge), return its case id."""
-    shown = _review(port)
+    shown = _shown_item(port)
     item = shown["item"]
     assert item is not None and shown["gate_open"], shown
     assert item["gate"]["reason"] == "unsafe" and item["gate"]["blocks_key"] is True
