@@ -45,8 +45,9 @@ from ..stream.envelope import Source
 from .._event_time import now_ms
 from ..stream.item_bundles import BUNDLE_KIND, read_bundle
 from ..stream.processing import MessageJudge, Outgoing, RawMessage
-from .judging import (MAX_INFLIGHT_BATCHES, RAW_TOPIC, OrderedAcker, floors_of,
-                      item_bundler, output_topics, publish_records, stop_acker)
+from .acker import OrderedAcker
+from .judging import (MAX_INFLIGHT_BATCHES, RAW_TOPIC, floors_of, item_bundler, output_topics,
+                      publish_records, stop_acker)
 from .windows import ConfirmedTable, _stale
 
 if TYPE_CHECKING:
