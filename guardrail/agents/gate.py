@@ -2,7 +2,7 @@
 topic once judged, in order, fail-closed, never judged twice across a crash::
 
     gate = register(runtime)                # in gate mode, before the judging agent
-    passage = await gate.admit(raw, stale)  # room permitting, in offset order
+    passage = await gate.admit(raw)         # room permitting, in offset order
     outgoing = await gate.through(passage, judge_one)   # judged (or not again), forwarded in order
     await gate.settled(passage)             # forwarded, or parked durably: it may be acked
 
@@ -27,11 +27,14 @@ record may leave (``gate_order``); forwards of one lane are sent one after the
 other, each after the broker acknowledged the one before, so a retry cannot
 reorder them.
 
-**Acks.** A record is acked once forwarded or parked durably (:meth:`~GateForwarder.settled`),
-in offset order: the committed offset never passes a record not on the approved or held
-topic, the DLQ or parked in the gate table. **Partitions given up** are fenced
-(:mod:`.gate_fence`); records read before a rebalance are not admitted after it. **Back-pressure**:
-at most ``gate_max_waiting`` records between reading and forwarding (judged, waiting, parked).
+**Acks.** The judging agent acks a record only once it is forwarded or parked
+durably (:meth:`GateForwarder.settled`), in offset order as always: the committed
+offset never passes a record that is not on the approved or held topic, the DLQ or
+kept parked in the gate table.
+
+**Partitions given up** are fenced (:mod:`.gate_fence`). **Back-pressure**: at most
+``gate_max_waiting`` records are between reading and forwarding (judged, waiting
+behind an earlier one, parked); the judging agent reads nothing more until some leave.
 """
 
 from __future__ import annotations
@@ -122,17 +125,14 @@ class GateForwarder(ReviewAnswers):
     def entry(self, partition: int, offset: int) -> Entry | None:
         return self.book.entry(partition, offset)
 
-    async def admit(self, raw: RawMessage, stale: Callable[[], bool]) -> Passage | None:
-        """Wait for room, then let ``raw`` in, in offset order (one delivered again on its
-        way here follows the first); None if ``stale()`` then (read before the last
-        rebalance: it would enter the order ahead of the records read again before it)."""
+    async def admit(self, raw: RawMessage) -> Passage:
+        """Wait for room, then let ``raw`` in; records of a partition are admitted
+        in offset order (one delivered again while on its way here follows the first)."""
         s = raw.source
         if (first := self._passages.get((s.partition, s.offset))) is not None:
             return Passage(raw, None, None, settled=first.settled)  # publishes nothing
         async with self._room:
             await self._room.wait_for(lambda: self.waiting < self.gate.gate_max_waiting)
-        if stale():
-            return None
         entry = self.entry(s.partition, s.offset)
         ticket = None
         if entry is None or entry.state == "decided":

@@ -34,7 +34,6 @@ from ..stream.envelope import Source
 from ..stream.item_bundles import bundle_items
 from ..stream.processing import MessageJudge, Outgoing, RawMessage
 from .acker import OrderedAcker, Publish
-from .windows import _stale
 
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime
@@ -217,24 +216,19 @@ def _gate_agent(runtime: WorkerRuntime, source: Any, publish: Publish,
 
     async def placed(events: list[Any]) -> None:  # published: ack once placed
         for event in events:
-            # Read before the last rebalance: read again and placed in this one (its
-            # ack does not count; its offset is not this assignment's to claim).
-            if not _stale(app, event):
-                await gate.settled(_raw(event))
-                gate.done(_raw(event))
+            await gate.settled(_raw(event))
+            gate.done(_raw(event))
 
-    # Records, not batches, bound what is in flight (gate_max_waiting, as the gate's
-    # admission does): a batch leaves after gate_batch_within, often with one record.
-    in_flight = s.gate.gate_max_waiting
+    # As many batches in flight as the gate lets records wait.
+    limit = max(MAX_INFLIGHT_BATCHES, -(-s.gate.gate_max_waiting // s.worker.batch_size))
 
     @app.agent(source, name="guardrail.judge", concurrency=1)
     async def judge(stream: Any) -> None:
-        acker = OrderedAcker(stream, in_flight, publish, max_records=in_flight,
-                             on_config_error=runtime.stop_on_config_error,
+        acker = OrderedAcker(stream, limit, publish, on_config_error=runtime.stop_on_config_error,
                              mark_processed=mark_processed, before_ack=placed)
         try:
             async for events in stream.noack_take(s.worker.batch_size,
-                                                  within=s.gate.gate_batch_within):
+                                                  within=s.worker.batch_within):
                 # Records admitted are judged before the agent waits for room for
                 # more: the ones of this batch could otherwise take all the room
                 # (gate_max_waiting below batch_size) and wait for it forever.
@@ -244,14 +238,9 @@ def _gate_agent(runtime: WorkerRuntime, source: Any, publish: Publish,
                     if passages and gate.waiting >= s.gate.gate_max_waiting:
                         await acker.submit(admitted, asyncio.ensure_future(through(passages)))
                         admitted, passages = [], []
-                    passage = await gate.admit(_raw(event), lambda e=event: _stale(app, e))
-                    if passage is None:
-                        await stream.ack(event)  # counts for no commit (ProcessedOnlyConsumer)
-                        continue
-                    passages.append(passage)
+                    passages.append(await gate.admit(_raw(event)))
                     admitted.append(event)
-                if admitted:
-                    await acker.submit(admitted, asyncio.ensure_future(through(passages)))
+                await acker.submit(admitted, asyncio.ensure_future(through(passages)))
         finally:
             await stop_acker(acker, runtime)
             gate.fence.add()  # what it left unacked is read again, by whichever worker
