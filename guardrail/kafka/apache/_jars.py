@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 from ...errors import ConfigError
+from .._maven import copy_dependencies, pom_property
 
 __all__ = ["KafkaUnavailable", "POM", "fetch", "jars_dir", "kafka_version", "unavailable_reason"]
 
@@ -23,11 +22,10 @@ class KafkaUnavailable(ConfigError):
 
 def kafka_version() -> str:
     """The Apache Kafka version pinned in :data:`POM`."""
-    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
-    found = ElementTree.parse(POM).getroot().find("m:properties/m:kafka.version", ns)
-    if found is None or not found.text:
+    version = pom_property(POM, "kafka.version")
+    if version is None:
         raise KafkaUnavailable(f"{POM} names no kafka.version")
-    return found.text.strip()
+    return version
 
 
 def jars_dir() -> Path:
@@ -64,13 +62,8 @@ def fetch(*, quiet: bool = True) -> Path:
         raise KafkaUnavailable("no mvn on PATH to fetch Apache Kafka's jars "
                                "(apt-get install maven)")
     target.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([mvn, "-B", "-Dstyle.color=never", *(["-q"] if quiet else []),
-                           "-f", str(POM),
-                           "dependency:copy-dependencies", f"-DoutputDirectory={target}",
-                           "-DincludeScope=runtime"], capture_output=quiet, text=True)
-    if done.returncode != 0:
-        errors = [line for line in (done.stdout or "").splitlines() if "ERROR" in line]
-        raise KafkaUnavailable("mvn could not fetch Apache Kafka "
-                               f"{kafka_version()}: {errors[0] if errors else 'see mvn output'}")
+    error = copy_dependencies(mvn, POM, target, quiet=quiet, options=("-DincludeScope=runtime",))
+    if error is not None:
+        raise KafkaUnavailable(f"mvn could not fetch Apache Kafka {kafka_version()}: {error}")
     _complete_marker().write_text(kafka_version() + "\n")
     return target

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tarfile
 import time
 import urllib.request
-import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 from ..._processes import Child, free_port, port_open
 from ...errors import ConfigError
+from .._maven import copy_dependencies, pom_property
 from ..apache._tls import TlsFiles
 
 __all__ = ["ApicurioRegistry", "RegistryAppUnavailable", "POM", "apicurio_version", "app_dir",
@@ -31,11 +30,10 @@ class RegistryAppUnavailable(ConfigError):
 
 def apicurio_version() -> str:
     """The Apicurio Registry version pinned in :data:`POM`."""
-    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
-    found = ElementTree.parse(POM).getroot().find("m:properties/m:apicurio.version", ns)
-    if found is None or not found.text:
+    version = pom_property(POM, "apicurio.version")
+    if version is None:
         raise RegistryAppUnavailable(f"{POM} names no apicurio.version")
-    return found.text.strip()
+    return version
 
 
 def app_dir() -> Path:
@@ -100,15 +98,11 @@ def fetch(*, quiet: bool = True) -> Path:
         raise RegistryAppUnavailable("no mvn on PATH to fetch Apicurio Registry "
                                      "(apt-get install maven)")
     download = target.with_name(target.name + ".download")
-    done = subprocess.run([mvn, "-B", "-Dstyle.color=never", *(["-q"] if quiet else []),
-                           "-f", str(POM), "dependency:copy-dependencies",
-                           f"-DoutputDirectory={download}"], capture_output=quiet, text=True)
+    error = copy_dependencies(mvn, POM, download, quiet=quiet)
     archives = sorted(download.glob("*.tar.gz"))
-    if done.returncode != 0 or not archives:
-        errors = [line for line in (done.stdout or "").splitlines() if "ERROR" in line]
+    if error is not None or not archives:
         raise RegistryAppUnavailable(f"mvn could not fetch Apicurio Registry "
-                                     f"{apicurio_version()}: "
-                                     f"{errors[0] if errors else 'see mvn output'}")
+                                     f"{apicurio_version()}: {error or 'see mvn output'}")
     unpacking = target.with_name(target.name + ".unpacking")
     shutil.rmtree(unpacking, ignore_errors=True)
     with tarfile.open(archives[0]) as archive:
