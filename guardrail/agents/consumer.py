@@ -39,10 +39,11 @@ counter's de-duplication what was done before it (:mod:`guardrail.stream.dedup`)
 
 **Records in offset order, from where the seek put them.** After a rebalance
 Faust resumes partitions before it seeks them to their committed offsets, and
-records fetched before a seek can arrive after it. So a partition's records
-are held back until its seek is done and then read again from the position
-the seek set (past what this worker processed in the revoke phase and has
-not committed yet, on a topic acked by hand); a record behind the next
+records fetched before a seek can arrive after it; then it resumes its flow,
+which empties every stream's buffer. So a partition's records are held back
+until its seek is done and the flow resumed, and then read again from the
+position the seek set (past what this worker processed in the revoke phase and
+has not committed yet, on a topic acked by hand); a record behind the next
 expected offset is dropped (read before a seek back); one further on is a
 *jump*: the partition is sought back to the next expected offset, on the
 consumer's own thread in turn with its fetches, and the rest of its batch
@@ -79,7 +80,8 @@ class ProcessedOnlyConsumer(SeekPositions, LostRecordChecks, faust_aiokafka.Cons
         self._fetch_round = 0
         # Partition -> (offset it was sought back to, fetch round then).
         self._rewound: dict[Any, tuple[int, int]] = {}
-        self._sought: set[Any] = set()  # sought to the committed offset since assigned
+        self._sought: set[Any] = set()  # sought to the committed offset, the flow resumed
+        self._sought_before_flow: set[Any] = set()  # sought; Faust's flow not resumed yet
         self._held: dict[Any, int] = {}  # lowest offset held back before that seek
         self._next: dict[Any, int | None] = {}  # next offset to deliver, per partition
         self._base: dict[Any, int] = {}  # where the next commit must start
@@ -240,6 +242,7 @@ class ProcessedOnlyConsumer(SeekPositions, LostRecordChecks, faust_aiokafka.Cons
     def _unseek(self) -> None:
         self._assignments += 1
         self._sought.clear()
+        self._sought_before_flow.clear()
         self._held.clear()
         self._next.clear()
         self._waiting.clear()  # a wait is timed within one assignment's reading

@@ -1,12 +1,14 @@
 """Where :class:`~.consumer.ProcessedOnlyConsumer` reads each partition from after an
 assignment: its committed offset (or its first, without one), past what this
-worker processed in its revoke phase; records held back before the seek are read
-again from there. Mixed into the consumer: it reads and sets the consumer's chain
-(``_base``, ``_next``, ``_sought``, ``_held``) and seeks in its thread.
+worker processed in its revoke phase, from the moment Faust resumes its flow;
+records held back before then are read again from there. Mixed into the
+consumer: it reads and sets the consumer's chain (``_base``, ``_next``,
+``_sought``, ``_held``) and seeks in its thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -22,6 +24,8 @@ class SeekPositions:
     _assignments: int
     _rewound: dict[Any, tuple[int, int]]
     _sought: set[Any]
+    _sought_before_flow: set[Any]
+    _seeks: set[asyncio.Future[None]]
     _held: dict[Any, int]
     _next: dict[Any, int | None]
     _base: dict[Any, int]
@@ -66,8 +70,23 @@ class SeekPositions:
             self._next[tp] = position
         for tp, position in moves.items():
             await self._thread.seek_in_thread(tp, position)
-        self._sought.update(committed)
+        self._sought_before_flow.update(committed)  # delivered from the flow's resume on
         await self._release_held(sought_now=moves.keys())
+
+    def resume_flow(self) -> None:
+        """Faust resumes the flow once it sought, and empties every stream's buffer as
+        it does (``FlowControlEvent.resume``): a record delivered between the seek and
+        the resume was dropped unacked, and the gate forwarded later records of its key
+        before it. So the partitions sought deliver from the resume on; what was held
+        back meanwhile is read again from the position the seek set."""
+        super().resume_flow()  # type: ignore[misc]
+        if self._sought_before_flow:
+            self._sought.update(self._sought_before_flow)
+            self._sought_before_flow.clear()
+            if self._held:
+                task = asyncio.ensure_future(self._release_held(sought_now=()))
+                self._seeks.add(task)
+                task.add_done_callback(self._seeks.discard)
 
     def _processed_from(self, tp: Any, position: int) -> int:
         """The first offset from ``position`` on that this worker has not

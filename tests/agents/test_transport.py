@@ -178,7 +178,28 @@ async def test_a_new_partition_is_read_only_from_where_the_seek_put_it(monkeypat
     assert processed == [] and seeks == []
     monkeypatch.setattr(consumer, "seek_to_committed", lambda: asyncio.sleep(0, {tp: 2276}))
     await consumer.perform_seek()
+    consumer.resume_flow()  # as Faust's recovery does, once sought
     assert seeks == [2276]  # the held records are read again from the committed offset
+    fetches.append([2276, 2277])
+    fetcher._stopped.clear()
+    await consumer._drain_messages(fetcher)
+    assert processed == [2276, 2277] and not consumer._gap[tp]
+
+
+async def test_records_delivered_before_the_flow_resumes_are_read_again_after_it(monkeypatch):
+    # Faust resumes its flow after the seek and empties every stream's buffer as
+    # it does: a record delivered in between was lost (the gate then forwarded a
+    # later record of its key first). Held back, and read again once resumed.
+    fetches = [[2276, 2277]]
+    consumer, tp, fetcher, seeks, processed = _jump_check_consumer(monkeypatch, fetches)
+    await consumer.on_partitions_assigned(set(), 1)
+    monkeypatch.setattr(consumer, "seek_to_committed", lambda: asyncio.sleep(0, {tp: 2276}))
+    await consumer.perform_seek()
+    await consumer._drain_messages(fetcher)  # sought, the flow not resumed yet
+    assert processed == [] and seeks == []
+    consumer.resume_flow()
+    await asyncio.gather(*consumer._seeks)  # the held records' seek, in the consumer thread
+    assert seeks == [2276]
     fetches.append([2276, 2277])
     fetcher._stopped.clear()
     await consumer._drain_messages(fetcher)
@@ -212,6 +233,7 @@ async def test_a_partition_without_a_committed_offset_is_sought_to_its_first_off
                         lambda: asyncio.sleep(0, {tp: None, other: 0}))
     monkeypatch.setattr(consumer, "earliest_offsets", lambda *tps: asyncio.sleep(0, {tp: 0}))
     await consumer.perform_seek()
+    consumer.resume_flow()  # as Faust's recovery does, once sought
     assert sorted(seeks) == [0, 0] and consumer._next[tp] == 0 and consumer._base[tp] == 0
     assert consumer._next[other] == consumer._base[other] == 0
     await consumer._drain_messages(fetcher)
@@ -231,6 +253,7 @@ async def test_a_first_record_past_the_start_is_read_again_from_the_start(monkey
     monkeypatch.setattr(consumer, "seek_to_committed", lambda: asyncio.sleep(0, {tp: None}))
     monkeypatch.setattr(consumer, "earliest_offsets", lambda *tps: asyncio.sleep(0, {tp: 0}))
     await consumer.perform_seek()
+    consumer.resume_flow()  # as Faust's recovery does, once sought
     await consumer._drain_messages(fetcher)
     assert processed == [0, 1] and seeks == [0, 0]
 
@@ -248,6 +271,7 @@ async def test_a_partition_given_back_is_read_from_what_its_revoke_phase_did_not
     consumer.app.consumer_generation_id = 4
     monkeypatch.setattr(consumer, "seek_to_committed", lambda: asyncio.sleep(0, {tp: 260}))
     await consumer.perform_seek()
+    consumer.resume_flow()  # as Faust's recovery does, once sought
     assert seeks == [271] and consumer._base[tp] == 260
     assert consumer._new_offset(tp) == 271
     await consumer._drain_messages(fetcher)
