@@ -88,6 +88,7 @@ class ProcessedOnlyConsumer(SeekPositions, LostRecordChecks, faust_aiokafka.Cons
         self._processed: set[tuple[Any, int, int]] = set()  # (tp, offset, generation)
         self._seeks: set[asyncio.Future[None]] = set()  # seeks back started from ack()
         self._waiting: dict[Any, tuple[int, float]] = {}  # tp -> (base waited on, since)
+        self._gate_missing: dict[Any, tuple[int, float]] = {}  # read_again_if_lost
         self._done_to: dict[Any, int] = {}  # tp -> the last answer of done_below()
         self._assignments = 0
 
@@ -246,6 +247,7 @@ class ProcessedOnlyConsumer(SeekPositions, LostRecordChecks, faust_aiokafka.Cons
         self._held.clear()
         self._next.clear()
         self._waiting.clear()  # a wait is timed within one assignment's reading
+        self._gate_missing.clear()
         self._done_to.clear()
 
     def processed(self, messages: Iterable[Any]) -> None:

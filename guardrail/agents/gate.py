@@ -12,29 +12,24 @@ the gate table (:data:`GATE_TABLE`, changelog ``<app_id>-gate-changelog``,
 partitioned like the input: the entry of input partition p goes to changelog
 partition p, recovered by the worker that owns p) and confirmed by the broker.
 Only then is the record forwarded. A record read again after a crash or a
-rebalance is decided from its entry: not judged again, never forwarded
-differently; a record forwarded already is not forwarded again (a crash between a
-forward and its entry's update forwards it twice: the copy carries the same
-``guardrail.source``, which a consumer drops it by). Entries of committed offsets
-are deleted (tombstones) every :data:`PRUNE_SECONDS` (:mod:`.gate_table`).
+rebalance is decided from its entry, never judged again nor forwarded differently,
+nor again once forwarded (a crash between a forward and its entry's update makes a
+copy with the same ``guardrail.source``, which a consumer drops it by). Entries of
+committed offsets are deleted every :data:`PRUNE_SECONDS` (:mod:`.gate_table`).
 
-**Review.** With review on, a held record is also a review item that asks release
-or keep (:mod:`guardrail.gate.review`); the answers are carried out by the worker
-that owns the record's partition (:mod:`.gate_answers`).
+**Review.** A held record is also a review item (:mod:`guardrail.gate.review`) when
+review is on; the owner of its partition carries the answers out (:mod:`.gate_answers`).
 
-**Order.** :class:`~guardrail.gate.order.ReleaseOrder` decides when a decided
-record may leave (``gate_order``); forwards of one lane are sent one after the
-other, each after the broker acknowledged the one before, so a retry cannot
-reorder them.
+**Order.** Records enter in the order read, none passed over (:mod:`.gate_sequence`);
+:class:`~guardrail.gate.order.ReleaseOrder` decides when a decided one may leave
+(``gate_order``); a lane's forwards are sent one after the other, each once the
+broker acknowledged the one before, so a retry cannot reorder them.
 
-**Acks.** The judging agent acks a record only once it is forwarded or parked
-durably (:meth:`GateForwarder.settled`), in offset order as always: the committed
-offset never passes a record that is not on the approved or held topic, the DLQ or
-kept parked in the gate table.
-
-**Partitions given up** are fenced (:mod:`.gate_fence`). **Back-pressure**: at most
-``gate_max_waiting`` records are between reading and forwarding (judged, waiting
-behind an earlier one, parked); the judging agent reads nothing more until some leave.
+**Acks.** A record is acked once forwarded or parked durably (:meth:`~GateForwarder.settled`),
+in offset order: the committed offset never passes a record not on the approved or
+held topic, the DLQ or parked in the gate table. **Partitions given up** are fenced
+(:mod:`.gate_fence`). **Back-pressure**: at most ``gate_max_waiting`` records between
+reading and forwarding (judged, waiting, parked); then the agent reads no more.
 """
 
 from __future__ import annotations
@@ -56,6 +51,7 @@ from ..gate.state import Entry, State
 from ..stream.processing import Outgoing, RawMessage, RecordJudgment
 from .gate_answers import AnswerFollower, ReviewAnswers
 from .gate_fence import Fence
+from .gate_sequence import ReadSequence
 from .gate_sessions import HoldsFollower
 from .gate_table import ANSWERABLE_STATES, GateTable
 from .gate_writer import writer_for
@@ -112,6 +108,7 @@ class GateForwarder(ReviewAnswers):
         self._lane_tail: dict[Hashable, asyncio.Future[None]] = {}
         self._passages: dict[tuple[int, int], Passage] = {}
         self._partitions: set[int] = set()
+        self.sequence = ReadSequence(runtime.app, self.input_topic)  # none passed over
         self.fence = Fence()  # partitions given up: app.after_revoke, the agent's stop
         self.unjudged_since_report = 0
         ReviewAnswers.__init__(self)
@@ -125,14 +122,18 @@ class GateForwarder(ReviewAnswers):
     def entry(self, partition: int, offset: int) -> Entry | None:
         return self.book.entry(partition, offset)
 
-    async def admit(self, raw: RawMessage) -> Passage:
-        """Wait for room, then let ``raw`` in; records of a partition are admitted
-        in offset order (one delivered again while on its way here follows the first)."""
+    async def admit(self, raw: RawMessage) -> Passage | None:
+        """Wait for room, then let ``raw`` in, in offset order (one delivered again on its
+        way here follows the first); None: one before it never came (:mod:`.gate_sequence`):
+        ``raw`` is read again after it, and not to be acked."""
         s = raw.source
         if (first := self._passages.get((s.partition, s.offset))) is not None:
             return Passage(raw, None, None, settled=first.settled)  # publishes nothing
         async with self._room:
             await self._room.wait_for(lambda: self.waiting < self.gate.gate_max_waiting)
+        if not self.sequence.admissible(s.partition, s.offset):
+            return None
+        self.sequence.admitted(s.partition, s.offset)
         entry = self.entry(s.partition, s.offset)
         ticket = None
         if entry is None or entry.state == "decided":
@@ -302,6 +303,7 @@ class GateForwarder(ReviewAnswers):
         assigned = {tp.partition for tp in self.app.consumer.assignment()
                     if tp.topic == self.input_topic}
         fenced = self.fence.lift()  # given up, maybe assigned again: read again from its commit
+        self.sequence.restart()
         for partition in (self._partitions - assigned) | fenced:
             self.order.drop_partition(partition)
             for (p, o), passage in list(self._passages.items()):
@@ -350,9 +352,8 @@ class GateForwarder(ReviewAnswers):
     def report_unjudged(self) -> None:
         """The once-a-minute line about records approved unjudged."""
         if self.unjudged_since_report:
-            log.warning("gate: %d records approved unjudged in the last %.0fs "
-                        "(gate_on_error: pass)", self.unjudged_since_report,
-                        UNJUDGED_REPORT_SECONDS)
+            log.warning("gate: %d records approved unjudged in the last %.0fs (gate_on_error: "
+                        "pass)", self.unjudged_since_report, UNJUDGED_REPORT_SECONDS)
             self.unjudged_since_report = 0
 
 

@@ -238,9 +238,14 @@ def _gate_agent(runtime: WorkerRuntime, source: Any, publish: Publish,
                     if passages and gate.waiting >= s.gate.gate_max_waiting:
                         await acker.submit(admitted, asyncio.ensure_future(through(passages)))
                         admitted, passages = [], []
-                    passages.append(await gate.admit(_raw(event)))
+                    passage = await gate.admit(_raw(event))
+                    if passage is None:  # read again, after the one missing before it
+                        app.consumer.forget([event.message])
+                        continue
+                    passages.append(passage)
                     admitted.append(event)
-                await acker.submit(admitted, asyncio.ensure_future(through(passages)))
+                if admitted:
+                    await acker.submit(admitted, asyncio.ensure_future(through(passages)))
         finally:
             await stop_acker(acker, runtime)
             gate.fence.add()  # what it left unacked is read again, by whichever worker

@@ -31,6 +31,7 @@ class LostRecordChecks:
     and ``_seek_back``."""
 
     _waiting: dict[Any, tuple[int, float]]
+    _gate_missing: dict[Any, tuple[int, float]]  # tp -> (offset the gate misses, since)
     _unacked_messages: Any
     app: Any
 
@@ -44,6 +45,25 @@ class LostRecordChecks:
             log.info("%s[%d]: offset %d was skipped unprocessed; reading again from it",
                      tp.topic, tp.partition, offset)
             self._seek_back(tp, offset)
+
+    def read_again_if_lost(self, tp: Any, offset: int) -> None:
+        """A later record of ``tp`` reached the gate before ``offset``
+        (:mod:`.gate_sequence`): delivered, and no stream holds it nor channel
+        queues it, it was lost on its way: read again from it now, not after the
+        commit's check. Held (a record read before a rebalance came first), it is
+        waited for, :data:`LOST_AFTER_SECONDS` at most."""
+        if not self._delivered(tp, offset):
+            return  # still to come, or sought back to it already
+        now = time.monotonic()
+        asked, since = self._gate_missing.setdefault(tp, (offset, now))
+        if asked != offset:  # another one missing now
+            self._gate_missing[tp], since = (offset, now), now
+        if self._in_hand(tp, offset) and now - since < LOST_AFTER_SECONDS:
+            return
+        del self._gate_missing[tp]
+        log.warning("%s[%d]: offset %d was delivered and never reached the gate, a later "
+                    "one did; reading again from it", tp.topic, tp.partition, offset)
+        self._seek_back(tp, offset)
 
     def _check_lost(self, tp: Any, base: int) -> None:
         """The commit waits on ``base`` while records after it are done. The

@@ -496,6 +496,22 @@ def test_the_last_record_delivered_is_not_read_again_while_a_stream_or_queue_hol
     assert seeks == []
 
 
+async def test_a_record_the_gate_found_missing_is_read_again_at_once_unless_held():
+    # The gate got 102 before 101 (gate_sequence): 101, delivered, lost on its way
+    # (no stream holds it, no queue), is read again now, not after the 5 s check.
+    consumer, tp = _chain_consumer("gate-missing")
+    seeks = _reading(consumer, tp, at=103)
+    consumer.read_again_if_lost(tp, 101)
+    await asyncio.gather(*consumer._seeks)
+    assert seeks == [101] and consumer._next[tp] == 101
+    consumer.read_again_if_lost(tp, 101)  # asked again for the records after it: once
+    assert seeks == [101]
+    held, tp = _chain_consumer("gate-missing-held")  # a stream holds it: it still comes
+    seeks = _reading(held, tp, at=103)
+    held.track_message(_message(tp, 101, 1))
+    held.read_again_if_lost(tp, 101)
+    assert seeks == []
+
 async def test_every_topic_an_agent_processes_in_order_is_acked_by_hand():
     # A record Faust's stream skips as a rebalance stops the flow is acked like a
     # processed one; on these topics such an ack never reaches a commit (seen: a
