@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 
@@ -136,8 +137,38 @@ def apache_cluster(tmp_path_factory):
     if reason:
         pytest.skip(f"Apache Kafka unavailable: {reason}")
     cluster = ApacheKafkaCluster(workdir=tmp_path_factory.mktemp("kafka-cluster"), size=3)
-    yield cluster.start()
+    cluster.start()
+    try:
+        asyncio.run(_group_coordinator_ready(cluster.bootstrap))
+    except BaseException:
+        cluster.stop(timeout=2)
+        raise
+    yield cluster
     cluster.stop(timeout=2)
+
+
+async def _group_coordinator_ready(bootstrap: str, timeout: float = 120) -> None:
+    """Return once a consumer group can commit: a fresh cluster first creates its
+    offsets topic (ten partitions, three replicas each, slow on two cores), and the
+    first worker would otherwise spend its test's time asking for a coordinator."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic("cluster-warm-up", 1, 3)])
+    finally:
+        await admin.close()
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id="cluster-warm-up",
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partition = TopicPartition("cluster-warm-up", 0)
+        consumer.assign([partition])
+        await asyncio.wait_for(consumer.commit({partition: 0}), timeout)
+    finally:
+        await consumer.stop()
 
 
 #: The brokers a test marked ``both_brokers`` runs on, as its id suffix says.

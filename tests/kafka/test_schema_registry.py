@@ -34,9 +34,21 @@ CASE_JSON_SCHEMA = orjson.dumps({
     "properties": {"case_id": {"type": "string"}, "output": {"type": "string"}}}).decode()
 
 
+#: The classic subject per topic, as a producer of these formats names them. Without
+#: it, confluent-kafka 2.16 first asks for the topic's "associations", an API Apicurio
+#: answers 404 to; that lookup once hung a run until the test's timeout.
+BY_TOPIC = {"subject.name.strategy.type": "TOPIC"}
+PROTO_BY_TOPIC = {"use.deprecated.format": False, **BY_TOPIC}
+
+
+def case_avro(client):
+    return AvroSerializer(client, CASE_AVRO, conf=BY_TOPIC)
+
+
 @pytest.fixture
 def client(schema_registry):
-    return SchemaRegistryClient({"url": schema_registry.ccompat_url})
+    # A request the registry leaves unanswered fails in seconds, not at the test's timeout.
+    return SchemaRegistryClient({"url": schema_registry.ccompat_url, "timeout": 20})
 
 
 @pytest.fixture
@@ -70,7 +82,7 @@ def _raw(topic, value, offset):
 
 async def test_avro_in_avro_out_with_confluents_serializers(client, judge_for):
     topic, results = "reg-avro-in", "reg-avro-results"
-    serialize = AvroSerializer(client, CASE_AVRO)
+    serialize = case_avro(client)
     values = [serialize({"case_id": f"a{i}", "output": text, "metadata": {"model": "m1"}},
                         SerializationContext(topic, MessageField.VALUE))
               for i, text in enumerate(["Have a nice day", "I hate you, idiot"])]
@@ -93,7 +105,7 @@ async def test_avro_in_avro_out_with_confluents_serializers(client, judge_for):
 
 async def test_json_schema_in_and_out_with_the_record_naming_strategy(client, judge_for):
     topic, results = "reg-json-in", "reg-json-results"
-    value = JSONSerializer(CASE_JSON_SCHEMA, client)(
+    value = JSONSerializer(CASE_JSON_SCHEMA, client, conf=BY_TOPIC)(
         {"case_id": "j1", "output": "Thanks for asking"},
         SerializationContext(topic, MessageField.VALUE))
     judge = judge_for(input_format="json_schema", results_format="json_schema",
@@ -107,7 +119,7 @@ async def test_json_schema_in_and_out_with_the_record_naming_strategy(client, ju
 
 async def test_unknown_ids_unframed_and_mismatched_records_go_to_the_dlq(client, judge_for):
     topic = "reg-bad-in"
-    good = AvroSerializer(client, CASE_AVRO)({"case_id": "g", "output": "ok", "metadata": {}},
+    good = case_avro(client)({"case_id": "g", "output": "ok", "metadata": {}},
                                              SerializationContext(topic, MessageField.VALUE))
     judge = judge_for(input_format="avro", dlq_format="avro", dlq_topic="reg-bad-dlq")
     # A schema GUID in the header: Apicurio has no GUIDs, so none is known.
@@ -134,7 +146,7 @@ async def test_unknown_ids_unframed_and_mismatched_records_go_to_the_dlq(client,
 
 async def test_a_registry_that_does_not_answer_pauses_the_batch_never_the_dlq(client, judge_for):
     topic = "reg-down-in"
-    value = AvroSerializer(client, CASE_AVRO)({"case_id": "d", "output": "ok", "metadata": {}},
+    value = case_avro(client)({"case_id": "d", "output": "ok", "metadata": {}},
                                               SerializationContext(topic, MessageField.VALUE))
     judge = judge_for(input_format="avro")
     judge.registry.url = "http://127.0.0.1:18699/apis/ccompat/v7"  # nothing listens there
@@ -154,7 +166,7 @@ async def test_inputs_check_reads_an_avro_topic_as_the_worker_would(
                     input_format="avro", schema_registry_url=schema_registry.ccompat_url)
     assert env.cli("produce", "--input", "/dev/null").returncode == 0  # makes the topics
     topic = env.topic("input")
-    value = AvroSerializer(client, CASE_AVRO)({"case_id": "t1", "output": "fine", "metadata": {}},
+    value = case_avro(client)({"case_id": "t1", "output": "fine", "metadata": {}},
                                               SerializationContext(topic, MessageField.VALUE))
     await produce(env.bootstrap, topic, [(b"t1", value, None),
                                          (b"t2", frame(424_242, b"\x00"), None)])
@@ -200,7 +212,7 @@ async def test_protobuf_in_from_confluents_serializer_second_message_of_its_file
     model_output = message_factory.GetMessageClass(
         pool.FindMessageTypeByName("test.registry.ModelOutput"))
     topic = "reg-proto-in"
-    serialize = ProtobufSerializer(model_output, client, {"use.deprecated.format": False})
+    serialize = ProtobufSerializer(model_output, client, PROTO_BY_TOPIC)
     message = model_output(case_id="p1", output="Glad to help", metadata={"model": "m2"})
     message.produced.FromSeconds(1_700_000_000)
     value = serialize(message, SerializationContext(topic, MessageField.VALUE))
@@ -224,7 +236,7 @@ def test_a_worker_judges_an_avro_topic_and_writes_avro_results_through_kafka(
                     schema_registry_url=schema_registry.ccompat_url)
     assert env.cli("produce", "--input", "/dev/null").returncode == 0  # makes the topics
     topic, results = env.topic("input"), env.topic("results")
-    serialize = AvroSerializer(client, CASE_AVRO)
+    serialize = case_avro(client)
     values = [(f"w{i}".encode(), serialize(
         {"case_id": f"w{i}", "output": "you idiot" if i % 2 else "a kind answer",
          "metadata": {"model": "m3"}}, SerializationContext(topic, MessageField.VALUE)), None)
@@ -269,7 +281,7 @@ async def test_protobuf_results_read_by_confluents_deserializer(client, judge_fo
     result_type = message_factory.GetMessageClass(
         pool.FindMessageTypeByName("dev.guardrail.RedteamResult"))
     topic, results = "reg-pb-out-in", "reg-pb-results"
-    value = AvroSerializer(client, CASE_AVRO)({"case_id": "o1", "output": "sure", "metadata": {}},
+    value = case_avro(client)({"case_id": "o1", "output": "sure", "metadata": {}},
                                               SerializationContext(topic, MessageField.VALUE))
     judge = judge_for(input_format="avro", results_format="protobuf", results_topic=results,
                       subject_name_strategy="topic-record")
@@ -341,7 +353,7 @@ async def test_a_protobuf_schema_importing_a_registered_reference(client, judge_
         pool.Add(proto)
     answer = message_factory.GetMessageClass(pool.FindMessageTypeByName("app.Answer"))
     topic = "reg-proto-refs"
-    value = ProtobufSerializer(answer, client, {"use.deprecated.format": False})(
+    value = ProtobufSerializer(answer, client, PROTO_BY_TOPIC)(
         answer(case_id="r1", output="fine", metadata={"model": "m9"}),
         SerializationContext(topic, MessageField.VALUE))
     assert "company/labels.proto" in client.get_subjects()
