@@ -48,17 +48,19 @@ class LostRecordChecks:
 
     def read_again_if_lost(self, tp: Any, offset: int) -> None:
         """A later record of ``tp`` reached the gate before ``offset``
-        (:mod:`.gate_sequence`): delivered, and no stream holds it nor channel
-        queues it, it was lost on its way: read again from it now, not after the
-        commit's check. Held (a record read before a rebalance came first), it is
-        waited for, :data:`LOST_AFTER_SECONDS` at most."""
+        (:mod:`.gate_sequence`). Delivered and queued in no channel, it was lost on
+        its way (a stream that took it, as its records come in offset order, would
+        have handed it over first): read again from it now; the commit's check
+        would never (the records after it are not acked, and the stream that lost
+        it still counts it as taken). Queued (a record read before a rebalance came
+        first), it is waited for, :data:`LOST_AFTER_SECONDS` at most."""
         if not self._delivered(tp, offset):
             return  # still to come, or sought back to it already
         now = time.monotonic()
         asked, since = self._gate_missing.setdefault(tp, (offset, now))
         if asked != offset:  # another one missing now
             self._gate_missing[tp], since = (offset, now), now
-        if self._in_hand(tp, offset) and now - since < LOST_AFTER_SECONDS:
+        if self._queued(tp, offset) and now - since < LOST_AFTER_SECONDS:
             return
         del self._gate_missing[tp]
         log.warning("%s[%d]: offset %d was delivered and never reached the gate, a later "
@@ -98,9 +100,14 @@ class LostRecordChecks:
     def _in_hand(self, tp: Any, offset: int) -> bool:
         """A stream took the record and has not acked it, or a channel of its
         partition queues it or is full (the drain may be waiting to put it)."""
+        taken = [m for m in list(self._unacked_messages) if not m.acked]
+        return self._queued(tp, offset) or any(
+            getattr(m, "offset", None) == offset and getattr(m, "tp", None) == tp for m in taken)
+
+    def _queued(self, tp: Any, offset: int) -> bool:
+        """A channel of the record's partition queues it, or is full."""
         queues = [q for c in self.app.topics._tp_index.get(tp, ())
                   if (q := getattr(c, "_queue", None)) is not None]
-        held = [m for m in list(self._unacked_messages) if not m.acked] + [
-            getattr(event, "message", None) for q in queues for event in list(q._queue)]
+        queued = [getattr(event, "message", None) for q in queues for event in list(q._queue)]
         return any(q.full() for q in queues) or any(
-            getattr(m, "offset", None) == offset and getattr(m, "tp", None) == tp for m in held)
+            getattr(m, "offset", None) == offset and getattr(m, "tp", None) == tp for m in queued)

@@ -497,8 +497,8 @@ def test_the_last_record_delivered_is_not_read_again_while_a_stream_or_queue_hol
 
 
 async def test_a_record_the_gate_found_missing_is_read_again_at_once_unless_held():
-    # The gate got 102 before 101 (gate_sequence): 101, delivered, lost on its way
-    # (no stream holds it, no queue), is read again now, not after the 5 s check.
+    # The gate got 102 before 101 (gate_sequence): 101, delivered and queued
+    # nowhere, was lost on its way: read again now, not after the 5 s check.
     consumer, tp = _chain_consumer("gate-missing")
     seeks = _reading(consumer, tp, at=103)
     consumer.read_again_if_lost(tp, 101)
@@ -506,11 +506,21 @@ async def test_a_record_the_gate_found_missing_is_read_again_at_once_unless_held
     assert seeks == [101] and consumer._next[tp] == 101
     consumer.read_again_if_lost(tp, 101)  # asked again for the records after it: once
     assert seeks == [101]
-    held, tp = _chain_consumer("gate-missing-held")  # a stream holds it: it still comes
-    seeks = _reading(held, tp, at=103)
-    held.track_message(_message(tp, 101, 1))
-    held.read_again_if_lost(tp, 101)
+    from types import SimpleNamespace
+
+    queued, tp = _chain_consumer("gate-missing-queued")  # queued behind: it still comes
+    seeks = _reading(queued, tp, at=103)
+    queue = asyncio.Queue(maxsize=10)
+    queue.put_nowait(SimpleNamespace(message=_message(tp, 101, 1)))
+    queued.app.topics._tp_index[tp] = [SimpleNamespace(_queue=queue)]
+    queued.read_again_if_lost(tp, 101)
     assert seeks == []
+    taken, tp = _chain_consumer("gate-missing-taken")  # a stream took it, then lost it
+    seeks = _reading(taken, tp, at=103)
+    taken.track_message(_message(tp, 101, 1))
+    taken.read_again_if_lost(tp, 101)
+    await asyncio.gather(*taken._seeks)
+    assert seeks == [101]
 
 async def test_every_topic_an_agent_processes_in_order_is_acked_by_hand():
     # A record Faust's stream skips as a rebalance stops the flow is acked like a
