@@ -2,6 +2,7 @@
 
     python bench/gate/latency.py [--broker embedded|apache] [--latency-ms 200]
         [--concurrency 64] [--rate R] [--seconds 30] [--transactional]
+        [--gate-batch-within S] [--fetch-wait-ms MS]
 
 A paced producer sends records of 1,000 keys at ``--rate`` (default: half the
 rate ``--concurrency`` judge calls in flight allow (one call per record, its metrics asked together;
@@ -109,10 +110,14 @@ def _spread(sent: dict[str, float], arrived: dict[str, Any], judge_ms: float) ->
 
 
 def measure(bootstrap: str, tmp: Path, *, latency_ms: float, concurrency: int, seconds: float,
-            transactional: bool, batch_within: float = 0.05, rate: float | None = None
-            ) -> dict[str, Any]:
+            transactional: bool, gate_batch_within: float | None = None,
+            fetch_wait_ms: int | None = None, rate: float | None = None) -> dict[str, Any]:
     rate = rate or concurrency / (latency_ms / 1000) / CALLS_PER_RECORD / 2
-    extra: dict[str, Any] = {"batch_within": batch_within}
+    extra: dict[str, Any] = {}
+    if gate_batch_within is not None:
+        extra["gate_batch_within"] = gate_batch_within
+    if fetch_wait_ms is not None:
+        extra["consumer_fetch_wait_ms"] = fetch_wait_ms
     if transactional:
         extra["gate_transactional"] = "true"
     with JudgeProc(latency_ms) as judge:
@@ -132,7 +137,7 @@ def measure(bootstrap: str, tmp: Path, *, latency_ms: float, concurrency: int, s
             kill_workers(env)
     out = {"latency_ms": latency_ms, "concurrency": concurrency, "rate": round(rate, 1),
            "seconds": seconds, "transactional": transactional, "sent": len(sent),
-           "batch_within": batch_within, **seen,
+           "gate_batch_within": gate_batch_within, "fetch_wait_ms": fetch_wait_ms, **seen,
            "approved": _spread(sent, approved, latency_ms),
            "results": _spread(sent, results, latency_ms)}
     a = out["approved"]
@@ -147,7 +152,8 @@ def rows(r: dict[str, Any], broker: str) -> list[dict[str, Any]]:
     p99 = a.get("p99_ms")
     ok = p99 is not None and p99 <= budget and a["received"] == r["sent"]
     txn = ", transactional" if r["transactional"] else ""
-    txn += f", batch_within {r['batch_within']}" if r["batch_within"] != 0.05 else ""
+    txn += f", gate_batch_within {r['gate_batch_within']}" if r["gate_batch_within"] else ""
+    txn += f", consumer_fetch_wait_ms {r['fetch_wait_ms']}" if r["fetch_wait_ms"] else ""
     return [row(f"gate latency, {broker}{txn} (judge {r['latency_ms']:.0f} ms, "
                 f"{r['concurrency']} calls in flight, {r['rate']:.0f} records/s)",
                 f"approved p50 {a.get('p50_ms')} / p95 {a.get('p95_ms')} / p99 {p99} ms "
@@ -169,13 +175,16 @@ def main() -> int:
                         help="gate_transactional (Apache Kafka only)")
     parser.add_argument("--rate", type=float,
                         help="records/s (default: half what the calls in flight allow)")
-    parser.add_argument("--batch-within", type=float, default=0.05,
-                        help="the worker's batch_within (s; its default 0.05)")
+    parser.add_argument("--gate-batch-within", type=float,
+                        help="the worker's gate_batch_within (s; default: the worker's, 0.005)")
+    parser.add_argument("--fetch-wait-ms", type=int,
+                        help="the worker's consumer_fetch_wait_ms (default: the worker's, 100)")
     args = parser.parse_args()
     return run_and_report("gate-latency", args, measure, rows, latency_ms=args.latency_ms,
                           concurrency=args.concurrency, seconds=args.seconds,
-                          transactional=args.transactional, batch_within=args.batch_within,
-                          rate=args.rate)
+                          transactional=args.transactional,
+                          gate_batch_within=args.gate_batch_within,
+                          fetch_wait_ms=args.fetch_wait_ms, rate=args.rate)
 
 if __name__ == "__main__":
     raise SystemExit(main())

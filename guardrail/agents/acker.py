@@ -1,6 +1,7 @@
 """The ordered acker of the judging agents (:mod:`.judging`, :mod:`.assembly`): each
 batch's records published and its events acked strictly in submission order, however
-the batches' judging finishes; ``limit`` batches in flight at most (back-pressure).
+the batches' judging finishes; ``limit`` batches in flight at most (back-pressure),
+and with ``max_records`` that many events at most.
 
     acker = OrderedAcker(stream, 4, publish)
     await acker.submit(events, asyncio.ensure_future(judge(events)))
@@ -31,14 +32,21 @@ class OrderedAcker:
 
     Judging runs concurrently across batches; publishing in order keeps the
     judgment events of one input partition in offset order, which is what lets
-    the window counter skip redelivered duplicates.
+    the window counter skip redelivered duplicates. Batches judged by the time
+    the one before them is are published with it, in one call.
     """
 
     def __init__(self, stream: Any, limit: int, publish: Publish,
                  on_config_error: Callable[[JudgeConfigError], None] | None = None,
                  mark_processed: Callable[[list[Any]], None] | None = None,
-                 before_ack: Callable[[list[Any]], Awaitable[None]] | None = None) -> None:
+                 before_ack: Callable[[list[Any]], Awaitable[None]] | None = None,
+                 *, max_records: int | None = None) -> None:
         self._stream = stream
+        #: Most events in flight, whatever the batches' sizes (None: ``limit`` batches
+        #: only). Small batches then do not cap the calls in flight (gate mode).
+        self._max_records = max_records
+        self._records = 0
+        self._acked = asyncio.Event()
         self._publish = publish
         #: Awaited after a batch is published, before its acks (the gate: forwarded).
         self._before_ack = before_ack
@@ -67,7 +75,12 @@ class OrderedAcker:
         # batch stops the worker without waiting for earlier (paused) ones.
         work.add_done_callback(self._check_config)
         self._unacked.append(events)
+        self._records += len(events)
         await self._queue.put((events, work))  # blocks while `limit` batches are in flight
+        while (self._max_records is not None and self._records >= self._max_records
+               and self.failed is None):
+            self._acked.clear()
+            await self._acked.wait()
 
     def _check_config(self, work: asyncio.Task[list[Outgoing]]) -> None:
         if not work.cancelled() and isinstance(work.exception(), JudgeConfigError):
@@ -84,36 +97,58 @@ class OrderedAcker:
             self._on_config_error(exc)
 
     async def _publish_and_ack_in_order(self) -> None:
+        carried: tuple[list[Any], asyncio.Task[list[Outgoing]]] | None = None
         while True:
-            events, work = await self._queue.get()
-            try:
-                records = await work
-            except asyncio.CancelledError:
-                raise
-            except JudgeConfigError as exc:
-                self.stop_on_config_error(exc)
+            events, work = carried or await self._queue.get()
+            carried = None
+            records = await self._outcome(work)
+            if records is None:
                 return
-            except BaseException:
-                # Never ack unfinished work. The batch code is written not to
-                # raise, so this is a bug: stop hard, let the supervisor restart
-                # us, and the unacked messages are redelivered.
-                log.critical("batch failed unexpectedly; exiting so it is redelivered",
-                             exc_info=True)
-                os._exit(70)
+            batches, records = [events], list(records)
+            # Later batches judged already go out with this one: one publish (one
+            # round trip) for many small batches, as gate mode's are.
+            while not self._queue.empty():
+                carried = self._queue.get_nowait()
+                later = carried[1]
+                if not later.done() or later.cancelled() or later.exception() is not None:
+                    break
+                batches.append(carried[0])
+                records += later.result()
+                carried = None
             # Shielded: a stop must not cut a batch between its publish and its
             # acks (its results would be published twice); see settle().
-            self._publishing = asyncio.ensure_future(self._publish_batch(events, records))
+            self._publishing = asyncio.ensure_future(self._publish_batches(batches, records))
             await asyncio.shield(self._publishing)
 
-    async def _publish_batch(self, events: list[Any], records: list[Outgoing]) -> None:
+    async def _outcome(self, work: asyncio.Task[list[Outgoing]]) -> list[Outgoing] | None:
+        """The batch's records once judged; None after a configuration error."""
+        try:
+            return await work
+        except asyncio.CancelledError:
+            raise
+        except JudgeConfigError as exc:
+            self.stop_on_config_error(exc)
+            return None
+        except BaseException:
+            # Never ack unfinished work. The batch code is written not to
+            # raise, so this is a bug: stop hard, let the supervisor restart
+            # us, and the unacked messages are redelivered.
+            log.critical("batch failed unexpectedly; exiting so it is redelivered",
+                         exc_info=True)
+            os._exit(70)
+
+    async def _publish_batches(self, batches: list[list[Any]], records: list[Outgoing]) -> None:
         await self._publish(records)
-        if self._before_ack is not None:
-            await self._before_ack(events)
-        if self._mark_processed is not None:
-            self._mark_processed([event.message for event in events])
-        for event in events:
-            await self._stream.ack(event)
-        self._unacked.remove(events)
+        for events in batches:
+            if self._before_ack is not None:
+                await self._before_ack(events)
+            if self._mark_processed is not None:
+                self._mark_processed([event.message for event in events])
+            for event in events:
+                await self._stream.ack(event)
+            self._unacked.remove(events)
+            self._records -= len(events)
+            self._acked.set()
 
     async def settle(self, timeout: float) -> None:
         """Let a batch that is being published finish publishing and acking
@@ -150,6 +185,8 @@ class OrderedAcker:
         for work in list(self._work):
             work.cancel()
         left, self._unacked = [e for events in self._unacked for e in events], []
+        self._records = 0
+        self._acked.set()  # a submit waiting for room returns: nothing more is judged
         if left:
             log.info("stopping with %d messages unfinished; they are not acked and will be "
                      "redelivered (judged again, from the cache when cache_path is set)", len(left))

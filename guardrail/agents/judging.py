@@ -34,6 +34,7 @@ from ..stream.envelope import Source
 from ..stream.item_bundles import bundle_items
 from ..stream.processing import MessageJudge, Outgoing, RawMessage
 from .acker import OrderedAcker, Publish
+from .windows import _stale
 
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime
@@ -216,19 +217,24 @@ def _gate_agent(runtime: WorkerRuntime, source: Any, publish: Publish,
 
     async def placed(events: list[Any]) -> None:  # published: ack once placed
         for event in events:
-            await gate.settled(_raw(event))
-            gate.done(_raw(event))
+            # Read before the last rebalance: read again and placed in this one (its
+            # ack does not count; its offset is not this assignment's to claim).
+            if not _stale(app, event):
+                await gate.settled(_raw(event))
+                gate.done(_raw(event))
 
-    # As many batches in flight as the gate lets records wait.
-    limit = max(MAX_INFLIGHT_BATCHES, -(-s.gate.gate_max_waiting // s.worker.batch_size))
+    # Records, not batches, bound what is in flight (gate_max_waiting, as the gate's
+    # admission does): a batch leaves after gate_batch_within, often with one record.
+    in_flight = s.gate.gate_max_waiting
 
     @app.agent(source, name="guardrail.judge", concurrency=1)
     async def judge(stream: Any) -> None:
-        acker = OrderedAcker(stream, limit, publish, on_config_error=runtime.stop_on_config_error,
+        acker = OrderedAcker(stream, in_flight, publish, max_records=in_flight,
+                             on_config_error=runtime.stop_on_config_error,
                              mark_processed=mark_processed, before_ack=placed)
         try:
             async for events in stream.noack_take(s.worker.batch_size,
-                                                  within=s.worker.batch_within):
+                                                  within=s.gate.gate_batch_within):
                 # Records admitted are judged before the agent waits for room for
                 # more: the ones of this batch could otherwise take all the room
                 # (gate_max_waiting below batch_size) and wait for it forever.

@@ -56,6 +56,11 @@ class GateSettings(BaseModel):
     """Most records one worker holds between reading and forwarding (being judged,
     waiting behind an earlier record, held back behind a held one); at the limit it
     reads nothing more until some are forwarded."""
+    gate_batch_within: float = Field(default=0.005, gt=0)
+    """Seconds a gate-mode worker waits to fill a batch before it judges a smaller one
+    (``batch_within`` in gate mode): a record's judge call starts when its batch
+    leaves, and every record is judged and forwarded on its own, so the wait is only
+    added latency."""
     gate_transactional: bool = False
     """Write the forwarded records, the gate's decisions and the input offsets in one
     Kafka transaction per input partition, so consumers reading ``read_committed`` see

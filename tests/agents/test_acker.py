@@ -91,3 +91,52 @@ async def test_a_batch_being_published_finishes_publishing_and_acking_on_a_stop(
     await acker.settle(timeout=2)
     assert published == [["r1"]] and stream.acked == ["e1"]
     assert acker.cancel() == []  # nothing left to redeliver: no result published twice
+
+
+async def test_max_records_bounds_events_in_flight_not_batches():
+    """Gate mode: many one-record batches may be in flight (the judge stays busy),
+    but no more events than ``max_records``; a submit past it waits for an ack."""
+    stream, published = _Stream(), []
+
+    async def publish(records):
+        published.append(records)
+
+    acker = OrderedAcker(stream, 100, publish, max_records=3)
+    answers = [asyncio.get_running_loop().create_future() for _ in range(4)]
+
+    async def judged(n):
+        return [await answers[n]]
+
+    for n in range(2):  # two one-record batches: 2 of 3 in flight, no wait
+        await asyncio.wait_for(acker.submit([f"e{n}"], asyncio.ensure_future(judged(n))), 1)
+    third = asyncio.ensure_future(acker.submit(["e2", "e3"], asyncio.ensure_future(judged(2))))
+    await asyncio.sleep(0.05)
+    assert not third.done() and acker.pending == 3  # 4 events in flight: it waits
+    answers[0].set_result("r0")
+    await asyncio.sleep(0.05)
+    assert stream.acked == ["e0"] and not third.done()  # 3 in flight: at the bound
+    answers[1].set_result("r1")
+    await asyncio.wait_for(third, 1)  # 2 in flight: room for more
+    assert stream.acked == ["e0", "e1"]
+    fourth = asyncio.ensure_future(acker.submit(["e4"], asyncio.ensure_future(judged(3))))
+    await asyncio.sleep(0.05)
+    assert not fourth.done()
+    for n in (2, 3):
+        answers[n].set_result(f"r{n}")
+    await asyncio.wait_for(fourth, 1)
+    await acker.drain(timeout=1)
+    assert stream.acked == ["e0", "e1", "e2", "e3", "e4"]
+    # r2 and r3 were both judged when the runner came to them: one publish.
+    assert published == [["r0"], ["r1"], ["r2", "r3"]]
+
+
+async def test_a_submit_waiting_for_room_returns_when_the_acker_is_cancelled():
+    acker = OrderedAcker(_Stream(), 100, lambda records: asyncio.sleep(0), max_records=2)
+    await asyncio.wait_for(
+        acker.submit(["e0"], asyncio.ensure_future(asyncio.Event().wait())), 1)
+    waiting = asyncio.ensure_future(
+        acker.submit(["e1"], asyncio.ensure_future(asyncio.Event().wait())))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    assert acker.cancel() == ["e0", "e1"]  # a stop: neither acked, both redelivered
+    await asyncio.wait_for(waiting, 1)
