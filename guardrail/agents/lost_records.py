@@ -101,13 +101,17 @@ class LostRecordChecks:
         """A stream took the record and has not acked it, or a channel of its
         partition queues it or is full (the drain may be waiting to put it)."""
         taken = [m for m in list(self._unacked_messages) if not m.acked]
-        return self._queued(tp, offset) or any(
-            getattr(m, "offset", None) == offset and getattr(m, "tp", None) == tp for m in taken)
+        return self._queued(tp, offset) or _among(taken, tp, offset)
 
     def _queued(self, tp: Any, offset: int) -> bool:
         """A channel of the record's partition queues it, or is full."""
         queues = [q for c in self.app.topics._tp_index.get(tp, ())
                   if (q := getattr(c, "_queue", None)) is not None]
         queued = [getattr(event, "message", None) for q in queues for event in list(q._queue)]
-        return any(q.full() for q in queues) or any(
-            getattr(m, "offset", None) == offset and getattr(m, "tp", None) == tp for m in queued)
+        return any(q.full() for q in queues) or _among(queued, tp, offset)
+
+
+def _among(messages: list[Any], tp: Any, offset: int) -> bool:
+    """Whether the record at ``offset`` of ``tp`` is one of ``messages``."""
+    return any(getattr(m, "offset", None) == offset and getattr(m, "tp", None) == tp
+               for m in messages)
