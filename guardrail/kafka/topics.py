@@ -10,9 +10,11 @@ explicitly, and existing ones that disagree are a clear error::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterable, Mapping
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 from aiokafka.protocol.metadata import MetadataRequest
 
 from ..errors import ConfigError
@@ -21,6 +23,8 @@ from .settings import KafkaSettings
 
 __all__ = ["TopicMismatch", "topic_plan", "ensure_topics", "partition_counts",
            "partition_count"]
+
+log = logging.getLogger("guardrail.kafka")
 
 _TOPIC_ALREADY_EXISTS = 36
 
@@ -36,26 +40,52 @@ def topic_plan(kafka: KafkaSettings) -> dict[str, int]:
             kafka.alerts_topic: n, kafka.judgments_topic: n}
 
 
-async def partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int | None]:
-    """Partition count per topic (None: missing). Never auto-creates."""
+async def partition_counts(admin: AIOKafkaAdminClient, topics: list[str], *,
+                           node_id: int | None = None) -> dict[str, int | None]:
+    """Partition count per topic (None: missing) as one broker (``node_id``, else
+    any) knows it. Never auto-creates."""
     request = MetadataRequest(topics, allow_auto_topic_creation=False)
-    response = await admin._send_request(request)  # no public call that skips auto-create
+    response = await admin._send_request(request, node_id)  # no public call skips auto-create
     return {t["topic"]: (len(t["partitions"]) if t["error_code"] == 0 else None)
             for t in response.to_object()["topics"]}
 
 
 async def _visible_counts(admin: AIOKafkaAdminClient, topics: list[str], *,
                           timeout: float = 15.0) -> dict[str, int | None]:
-    """:func:`partition_counts` once every topic shows in the metadata: Apache
-    Kafka answers CreateTopics before its metadata lists the new topics (a
-    moment of "leader not available"); the embedded broker at once."""
+    """:func:`partition_counts` once every broker lists every topic. Apache Kafka
+    answers CreateTopics before its brokers learn the new topics, one after the
+    other; a consumer whose metadata comes from one still ignorant of its input
+    topic leaves the topic out of its group's assignment until its next metadata
+    refresh, minutes later. The embedded broker lists them at once."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
-        have = await partition_counts(admin, topics)
-        if all(have.get(t) is not None for t in topics) or loop.time() > deadline:
+        seen = await _answers_per_broker(admin, topics)
+        have = {t: _agreed(answer.get(t) for answer in seen) for t in topics}
+        if all(have[t] is not None for t in topics):
             return have
+        if loop.time() > deadline:  # as the first broker that lists it says
+            return {t: next((a[t] for a in seen if a.get(t) is not None), None) for t in topics}
         await asyncio.sleep(0.1)
+
+
+async def _answers_per_broker(admin: AIOKafkaAdminClient, topics: list[str]
+                              ) -> list[dict[str, int | None]]:
+    """:func:`partition_counts` of each broker that answers (a broker that does not
+    serves no consumer either); of any broker if none does."""
+    answers = []
+    for broker in admin._client.cluster.brokers():
+        try:
+            answers.append(await partition_counts(admin, topics, node_id=broker.nodeId))
+        except (KafkaError, OSError, TimeoutError) as exc:
+            log.debug("broker %s did not answer for topic metadata: %s", broker.nodeId, exc)
+    return answers or [await partition_counts(admin, topics)]
+
+
+def _agreed(counts: Iterable[int | None]) -> int | None:
+    """The count every broker gives (None while one differs or lacks the topic)."""
+    distinct = set(counts)
+    return distinct.pop() if len(distinct) == 1 else None
 
 
 async def partition_count(kafka: KafkaSettings, topic: str) -> int | None:

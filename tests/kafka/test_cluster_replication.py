@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -25,6 +26,7 @@ from guardrail.kafka.cluster_facts import (ClusterFacts, cluster_facts, describe
                                            replica_counts, replication_for,
                                            replication_warnings)
 from guardrail.kafka.settings import KafkaSettings
+from guardrail.kafka.topics import ensure_topics, partition_counts
 
 FACTS = ClusterFacts(brokers=3, min_insync=2, idempotence=True)
 
@@ -69,7 +71,7 @@ def test_a_worker_on_a_cluster_replicates_every_topic_and_names_a_topic_with_few
     kafka = KafkaSettings(bootstrap_servers=apache_cluster.bootstrap)
     asyncio.run(_create(kafka, env.topic("alerts"), replicas=1))  # made by hand, earlier
     try:
-        worker = env.start_worker()
+        env.start_worker()
         with TopicWatcher(env.bootstrap, env.topic("results")) as results:
             asyncio.run(produce(env.bootstrap, env.topic("input"), sample_cases(20)))
             assert results.wait_for(lambda r: len(r) >= 20, timeout=120), env.logs()[-3000:]
@@ -85,6 +87,26 @@ def test_a_worker_on_a_cluster_replicates_every_topic_and_names_a_topic_with_few
     changelogs = [t for t in replicas if t.endswith("-changelog")]
     assert changelogs and f"{app_id}-session-turns" in replicas, sorted(replicas)
     assert {t: n for t, n in replicas.items() if n != 3} == {env.topic("alerts"): 1}
+
+
+@pytest.mark.apache_kafka
+def test_topics_the_worker_creates_are_known_to_every_broker_when_it_goes_on(apache_cluster):
+    """A consumer asks any broker for its topics; one that does not know the input
+    topic yet leaves it out of the group's assignment for minutes."""
+    kafka = KafkaSettings(bootstrap_servers=apache_cluster.bootstrap)
+    plan = {f"fresh-{uuid.uuid4().hex[:8]}-{i}": 3 for i in range(4)}
+    assert asyncio.run(ensure_topics(kafka, plan)) == plan
+    assert asyncio.run(_counts_per_broker(kafka, list(plan))) == [plan] * 3
+
+
+async def _counts_per_broker(kafka: KafkaSettings, topics: list[str]) -> list[dict[str, int]]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        nodes = sorted(b.nodeId for b in admin._client.cluster.brokers())
+        return [await partition_counts(admin, topics, node_id=n) for n in nodes]
+    finally:
+        await admin.close()
 
 
 async def _create(kafka: KafkaSettings, topic: str, *, replicas: int) -> None:

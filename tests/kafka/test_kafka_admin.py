@@ -264,3 +264,41 @@ def test_a_missing_certificate_file_is_one_clear_error_naming_the_setting(tmp_pa
     settings = load_settings(environ={}, security_protocol="SSL", ssl_certfile=str(not_a_cert))
     with pytest.raises(ConfigError, match="ssl_certfile"):
         client_options(settings.kafka)
+
+
+# --- new topics, as every broker knows them ---------------------------------------------
+
+
+class _Brokers:
+    """An admin client of three brokers; broker 3 learns the topic on its third answer
+    and broker 2 does not answer at all (it is down)."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic, self.asked = topic, {1: 0, 2: 0, 3: 0}
+        nodes = [type("Broker", (), {"nodeId": n})() for n in (1, 2, 3)]
+        self._client = type("Client", (), {"cluster": type("Cluster", (), {
+            "brokers": staticmethod(lambda: nodes)})()})()
+
+    async def _send_request(self, request, node_id=None):
+        from aiokafka.errors import NodeNotReadyError
+        self.asked[node_id] += 1
+        if node_id == 2:
+            raise NodeNotReadyError("broker 2 is down")
+        known = node_id == 1 or self.asked[3] >= 3
+        topic = {"topic": self.topic, "error_code": 0 if known else 3,
+                 "partitions": [{}, {}] if known else []}
+        return type("Response", (), {"to_object": lambda _: {"topics": [topic]}})()
+
+
+async def test_new_topics_count_as_created_once_every_broker_answering_lists_them():
+    from guardrail.kafka.topics import _visible_counts
+    brokers = _Brokers("in-new")
+    assert await _visible_counts(brokers, ["in-new"]) == {"in-new": 2}
+    assert brokers.asked[3] == 3  # not before the last broker to learn it did
+
+
+async def test_a_broker_still_ignorant_of_a_topic_after_the_wait_leaves_the_count_of_one_that_knows():
+    from guardrail.kafka.topics import _visible_counts
+    brokers = _Brokers("in-new")
+    brokers.asked[3] = -10_000  # learns it far too late
+    assert await _visible_counts(brokers, ["in-new"], timeout=0.3) == {"in-new": 2}
