@@ -2,13 +2,14 @@
 
     python bench/gate/latency.py [--broker embedded|apache] [--latency-ms 200]
         [--concurrency 64] [--rate R] [--seconds 30] [--transactional]
-        [--gate-batch-within S] [--fetch-wait-ms MS]
+        [--gate-batch-within S] [--fetch-wait-ms MS] [--transaction-ms MS]
 
 A paced producer sends records of 1,000 keys at ``--rate`` (default: half the
 rate ``--concurrency`` judge calls in flight allow (one call per record, its metrics asked together;
 the stand-in judge answers after exactly ``--latency-ms``)), keeping each record's
 send time; a consumer in the same process (same clock) notes when each reaches
-the approved topic, and when its result reaches the results topic (the path
+the approved topic (read ``read_committed`` with ``--transactional``, as its
+consumers read it), and when its result reaches the results topic (the path
 of a worker that only watches), after 10 s at that rate to warm up. Reported:
 p50/p95/p99 of send → approved, what the gate adds over the judge (the same
 minus ``--latency-ms``), and from the worker's ``/metrics`` the mean time of a
@@ -59,15 +60,21 @@ async def _paced(bootstrap: str, topic: str, records: list[Any], rate: float,
         await producer.stop()
 
 
-async def _run(env: Any, records: list[Any], rate: float, timeout: float
+async def _run(env: Any, records: list[Any], rate: float, timeout: float, *,
+               committed_only: bool = False
                ) -> tuple[dict[str, float], dict[str, Any], dict[str, Any]]:
     sent: dict[str, float] = {}
     approved: dict[str, Any] = {}
     results: dict[str, Any] = {}
     n, prefix = len(records), json.loads(records[0][1])["case_id"].split("-")[0] + "-"
+    # A transactional gate's forward arrives when its transaction commits: read as
+    # a downstream consumer of it reads (read_committed), not as the log has it.
+    isolation = "read_committed" if committed_only else "read_uncommitted"
     readers = asyncio.gather(*(
-        note_arrivals(env.bootstrap, topic, into, expect=n, timeout=timeout, prefix=prefix)
-        for topic, into in ((env.approved, approved), (env.topic("results"), results))))
+        note_arrivals(env.bootstrap, topic, into, expect=n, timeout=timeout, prefix=prefix,
+                      isolation_level=level)
+        for topic, into, level in ((env.approved, approved, isolation),
+                                   (env.topic("results"), results, "read_uncommitted"))))
     await _paced(env.bootstrap, env.topic("input"), records, rate, sent)
     await readers
     if len(approved) < n:  # held instead? (the stand-in judge holds no polite answer)
@@ -111,15 +118,18 @@ def _spread(sent: dict[str, float], arrived: dict[str, Any], judge_ms: float) ->
 
 def measure(bootstrap: str, tmp: Path, *, latency_ms: float, concurrency: int, seconds: float,
             transactional: bool, gate_batch_within: float | None = None,
-            fetch_wait_ms: int | None = None, rate: float | None = None) -> dict[str, Any]:
+            fetch_wait_ms: int | None = None, rate: float | None = None,
+            transaction_ms: int | None = None) -> dict[str, Any]:
     rate = rate or concurrency / (latency_ms / 1000) / CALLS_PER_RECORD / 2
     extra: dict[str, Any] = {}
     if gate_batch_within is not None:
         extra["gate_batch_within"] = gate_batch_within
     if fetch_wait_ms is not None:
-        extra["consumer_fetch_wait_ms"] = fetch_wait_ms
+        extra["gate_fetch_wait_ms"] = fetch_wait_ms
     if transactional:
         extra["gate_transactional"] = "true"
+    if transaction_ms is not None:
+        extra["gate_transaction_ms"] = transaction_ms
     with JudgeProc(latency_ms) as judge:
         env = gate_bench_env(bootstrap, judge.api_base, tmp, judge_concurrency=concurrency,
                              **extra)
@@ -129,15 +139,17 @@ def measure(bootstrap: str, tmp: Path, *, latency_ms: float, concurrency: int, s
             # calls in flight, new topics' leaders settle): the steady state is measured.
             warm = keyed_records(int(rate * WARM_SECONDS), keys=1000, prefix="warm",
                                  unsafe_every=0)
-            asyncio.run(_run(env, warm, rate, 120))
+            asyncio.run(_run(env, warm, rate, 120, committed_only=transactional))
             records = keyed_records(int(rate * seconds), keys=1000, unsafe_every=0)
-            sent, approved, results = asyncio.run(_run(env, records, rate, seconds + 90))
+            sent, approved, results = asyncio.run(_run(env, records, rate, seconds + 90,
+                                                       committed_only=transactional))
             seen = _means(worker_page(worker.web_port, "/metrics"))
         finally:
             kill_workers(env)
     out = {"latency_ms": latency_ms, "concurrency": concurrency, "rate": round(rate, 1),
            "seconds": seconds, "transactional": transactional, "sent": len(sent),
-           "gate_batch_within": gate_batch_within, "fetch_wait_ms": fetch_wait_ms, **seen,
+           "gate_batch_within": gate_batch_within, "fetch_wait_ms": fetch_wait_ms,
+           "transaction_ms": transaction_ms, **seen,
            "approved": _spread(sent, approved, latency_ms),
            "results": _spread(sent, results, latency_ms)}
     a = out["approved"]
@@ -153,7 +165,8 @@ def rows(r: dict[str, Any], broker: str) -> list[dict[str, Any]]:
     ok = p99 is not None and p99 <= budget and a["received"] == r["sent"]
     txn = ", transactional" if r["transactional"] else ""
     txn += f", gate_batch_within {r['gate_batch_within']}" if r["gate_batch_within"] else ""
-    txn += f", consumer_fetch_wait_ms {r['fetch_wait_ms']}" if r["fetch_wait_ms"] else ""
+    txn += f", gate_fetch_wait_ms {r['fetch_wait_ms']}" if r["fetch_wait_ms"] else ""
+    txn += f", gate_transaction_ms {r['transaction_ms']}" if r.get("transaction_ms") else ""
     return [row(f"gate latency, {broker}{txn} (judge {r['latency_ms']:.0f} ms, "
                 f"{r['concurrency']} calls in flight, {r['rate']:.0f} records/s)",
                 f"approved p50 {a.get('p50_ms')} / p95 {a.get('p95_ms')} / p99 {p99} ms "
@@ -178,13 +191,16 @@ def main() -> int:
     parser.add_argument("--gate-batch-within", type=float,
                         help="the worker's gate_batch_within (s; default: the worker's, 0.005)")
     parser.add_argument("--fetch-wait-ms", type=int,
-                        help="the worker's consumer_fetch_wait_ms (default: the worker's, 100)")
+                        help="the worker's gate_fetch_wait_ms (default: the worker's, 10)")
+    parser.add_argument("--transaction-ms", type=int,
+                        help="the worker's gate_transaction_ms (default: the worker's, 50)")
     args = parser.parse_args()
     return run_and_report("gate-latency", args, measure, rows, latency_ms=args.latency_ms,
                           concurrency=args.concurrency, seconds=args.seconds,
                           transactional=args.transactional,
                           gate_batch_within=args.gate_batch_within,
-                          fetch_wait_ms=args.fetch_wait_ms, rate=args.rate)
+                          fetch_wait_ms=args.fetch_wait_ms, rate=args.rate,
+                          transaction_ms=args.transaction_ms)
 
 if __name__ == "__main__":
     raise SystemExit(main())

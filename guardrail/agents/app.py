@@ -78,11 +78,20 @@ def faust_options(settings: Settings) -> dict[str, object]:
         table_cleanup_interval=30.0,
         producer_acks=-1,
         # A few ms of batching: results and judgment events of a batch share requests.
-        producer_linger=0.005,
+        # Not in gate mode: a record's gate writes are awaited one after the other,
+        # and each would wait out the linger on the way to the approved topic.
+        producer_linger=0.0 if settings.gate.gate else 0.005,
     )
     if settings.kafka.security_protocol != "PLAINTEXT":
         options["broker_credentials"] = _credentials(settings)
     return options
+
+
+def _fetch_wait_ms(settings: Settings) -> int:
+    """The worker consumer's fetch wait: a record's latency counts in gate mode."""
+    if settings.gate.gate:
+        return settings.gate.gate_fetch_wait_ms
+    return settings.worker.consumer_fetch_wait_ms
 
 
 def _credentials(settings: Settings) -> object:
@@ -101,8 +110,7 @@ def build_app(settings: Settings, *, judge: Judge | None = None,
     check_budget_prices(settings.sampling, settings.judge)
     check_gate(settings.gate, settings.sampling, settings.review)
     check_registry(settings.registry, settings.inputs.input_format)
-    app = GuardrailFaustApp(settings.kafka.app_id,
-                            fetch_wait_ms=settings.worker.consumer_fetch_wait_ms,
+    app = GuardrailFaustApp(settings.kafka.app_id, fetch_wait_ms=_fetch_wait_ms(settings),
                             **faust_options(settings))
     app.idempotent_producer = bool(settings.kafka.producer_idempotence)
     telemetry = telemetry or Telemetry()

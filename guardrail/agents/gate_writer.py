@@ -18,7 +18,7 @@ forwards the record twice.
 next owner fences a worker that lost it) and writes everything of that partition —
 forwards, entries, and the input offsets up to the last record placed in order
 (``send_offsets_to_transaction`` for the worker's group) — in transactions committed
-every :data:`COMMIT_SECONDS`. Records are acked only once their transaction
+every ``gate_transaction_ms``. Records are acked only once their transaction
 committed, and the worker reads ``read_committed`` (its tables' recovery too): what
 a crash aborted is neither forwarded nor remembered, and is decided again. A
 transaction that cannot commit stops the worker (:data:`EXIT_TRANSACTION_FAILED`):
@@ -225,7 +225,7 @@ class TransactionalWriter:
         while True:
             producer = AIOKafkaProducer(transactional_id=self.transactional_id(partition),
                                         transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
-                                        enable_idempotence=True, acks="all", linger_ms=2,
+                                        enable_idempotence=True, acks="all", linger_ms=0,
                                         max_request_size=16 * 1024 * 1024,
                                         **client_options(self.kafka))
             try:
@@ -386,7 +386,8 @@ def writer_for(runtime: WorkerRuntime, table: Any) -> DirectWriter | Transaction
         kafka=s.kafka, app_id=s.kafka.app_id, input_topic=s.kafka.input_topic, table=table,
         serializers=app.serializers,
         on_fatal=lambda why: runtime.stop_on_fatal(why, EXIT_TRANSACTION_FAILED),
-        assignment=lambda: app.consumer.assignment())
+        assignment=lambda: app.consumer.assignment(),
+        commit_seconds=s.gate.gate_transaction_ms / 1000)
     app.transactions_settled = writer.settled
     app.before_producer_stops(writer.close)
     return writer

@@ -61,11 +61,23 @@ class GateSettings(BaseModel):
     (``batch_within`` in gate mode): a record's judge call starts when its batch
     leaves, and every record is judged and forwarded on its own, so the wait is only
     added latency."""
+    gate_fetch_wait_ms: int = Field(default=10, ge=1, le=30_000)
+    """Milliseconds a gate-mode worker's consumer waits per fetch of its input
+    (``consumer_fetch_wait_ms`` in gate mode). A broker that holds every fetch for the
+    whole wait, as the embedded one does, adds it to a record's way to the approved
+    topic; Apache Kafka answers a fetch as soon as a record is there, so there the
+    wait only paces the polls of an idle input."""
     gate_transactional: bool = False
     """Write the forwarded records, the gate's decisions and the input offsets in one
     Kafka transaction per input partition, so consumers reading ``read_committed`` see
     each record forwarded once, also across crashes (Apache Kafka; the embedded broker
     cannot show aborted transactions to such readers, and the worker refuses it there)."""
+    gate_transaction_ms: int = Field(default=50, ge=1, le=5_000)
+    """With ``gate_transactional``: milliseconds a partition's transaction stays open
+    for more writes before it commits. A forward is visible to ``read_committed``
+    readers at its transaction's commit, so this adds up to itself to their latency;
+    shorter means more commits (a few requests to the brokers each). At most 5 s: the
+    gate asks the brokers to abort a transaction left open 10 s (its worker died)."""
 
 
 def gate_topics(gate: GateSettings, partitions: int) -> dict[str, int]:

@@ -81,7 +81,8 @@ class WorkerSettings(BaseModel):
     unjudged."""
     consumer_fetch_wait_ms: int = Field(default=100, ge=1, le=30_000)
     """Milliseconds a consumer fetch waits for data (Faust's own is 1500 ms; a broker
-    that holds every fetch for the full wait adds it to every latency)."""
+    that holds every fetch for the full wait adds it to every latency). In gate mode
+    the worker's input is fetched with ``gate_fetch_wait_ms`` instead."""
     outage_policy: Literal["pause", "record"] = "pause"
     """On a judge outage (see ``outage_threshold``): ``pause`` holds the batch unacked
     and retries it with backoff, ``/health`` answering 503 meanwhile; ``record``

@@ -39,6 +39,31 @@ async def test_the_worker_consumer_waits_as_configured():
                                                           )._fetch_max_wait_ms == 1500
 
 
+async def test_a_gate_mode_worker_fetches_and_writes_without_waiting_for_more():
+    # In gate mode every record's way to the approved topic is latency: its input
+    # fetch waits gate_fetch_wait_ms, and its gate writes, awaited one after the
+    # other, do not linger; a watching worker keeps its fetch wait and batching.
+    from guardrail.agents.app import build_app
+
+    def built(**settings):
+        return build_app(load_settings(environ={}, judge_model="openai/test-judge",
+                                       judge_api_key="k", consumer_fetch_wait_ms=80,
+                                       **settings))
+
+    gating = built(gate=True, gate_fetch_wait_ms=7, gate_transactional=True,
+                   gate_transaction_ms=20)
+    watching = built()
+    try:
+        for runtime, wait_ms, linger in ((gating, 7, 0.0), (watching, 80, 0.005)):
+            app = runtime.app
+            consumer = app.consumer._thread._create_worker_consumer(app.transport)
+            assert (consumer._fetch_max_wait_ms, app.conf.producer_linger) == (wait_ms, linger)
+        assert gating.state["gate"].writer.commit_seconds == 0.02
+    finally:
+        for runtime in (gating, watching):
+            await runtime.message_judge.evaluator.aclose()
+
+
 async def test_acks_of_an_earlier_generation_never_reach_the_commit_bookkeeping():
     consumer = _offline_consumer("stale-ack-check")
     consumer.app.consumer_generation_id = 7
