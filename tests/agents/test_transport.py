@@ -4,6 +4,7 @@ offset order from where the seek put them, and commits only of what was
 processed (guardrail/agents/consumer.py)."""
 
 import asyncio
+import uuid
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -12,7 +13,8 @@ from faust.types import TP
 from faust.types.tuples import Message
 
 from guardrail.agents import lost_records
-from guardrail.agents.transport import GuardrailFaustApp, fetched_highwaters
+from guardrail.agents.transport import GuardrailFaustApp, committed_ends, fetched_highwaters
+from guardrail.kafka.settings import KafkaSettings
 from guardrail.kafka.topics import ensure_topics
 from guardrail.config.settings import load_settings
 
@@ -633,3 +635,34 @@ async def test_the_stops_commit_is_made_after_a_periodic_one_in_flight():
     assert await _stop_commit_meeting_a_periodic_one(
         faust_consumer, tp, lambda: FaustConsumer.commit_and_end_transactions(faust_consumer)
     ) == [105]
+
+
+async def _transaction(bootstrap, topic, partition, count, *, commit):
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap,
+                                transactional_id=f"ends-{uuid.uuid4().hex[:8]}")
+    await producer.start()
+    try:
+        await producer.begin_transaction()
+        for i in range(count):
+            await producer.send(topic, b"v%d" % i, partition=partition)
+        await (producer.commit_transaction() if commit else producer.abort_transaction())
+    finally:
+        await producer.stop()
+
+
+@pytest.mark.apache_kafka
+async def test_recovery_ends_at_the_last_committed_record_past_a_long_aborted_transaction(
+        apache_kafka_bootstrap):
+    # A worker killed mid-transaction leaves its records on the changelog, aborted
+    # once the next owner fences it: a read_committed recovery never gets them and
+    # must not wait for them, however many (here more than the first look back).
+    topic = f"ends-{uuid.uuid4().hex[:8]}"
+    await ensure_topics(KafkaSettings(bootstrap_servers=apache_kafka_bootstrap),
+                        {topic: 3}, strict=frozenset())
+    await _transaction(apache_kafka_bootstrap, topic, 0, 40, commit=True)   # 0..39, marker 40
+    await _transaction(apache_kafka_bootstrap, topic, 0, 700, commit=False)  # 41..740, 741
+    await _transaction(apache_kafka_bootstrap, topic, 1, 30, commit=True)   # 0..29, marker 30
+    await _transaction(apache_kafka_bootstrap, topic, 2, 20, commit=False)  # none committed
+    reported = {TP(topic, p): end for p, end in ((0, 742), (1, 31), (2, 21))}
+    ends = await committed_ends({"bootstrap_servers": apache_kafka_bootstrap}, reported)
+    assert ends == {TP(topic, 0): 40, TP(topic, 1): 30, TP(topic, 2): 0}
