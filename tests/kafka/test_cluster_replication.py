@@ -67,8 +67,9 @@ def test_the_embedded_broker_is_one_broker_without_idempotent_producers(
 def test_a_worker_on_a_cluster_replicates_every_topic_and_names_a_topic_with_fewer(
         apache_cluster, thread_judge, tmp_path):
     thread_judge.reset()
-    # A stall is reported within the wait: once it failed here with no clue (the
-    # worker ready with its input partitions, judging nothing; 1 run in 60 loaded).
+    # A stall is reported within the wait: it failed here with no clue, the worker
+    # ready with its input partitions and judging nothing (1 run in about 100 on
+    # loaded cores).
     env = StreamEnv(apache_cluster.bootstrap, thread_judge.api_base, tmp_path,
                     stall_seconds=30)
     kafka = KafkaSettings(bootstrap_servers=apache_cluster.bootstrap)
