@@ -48,7 +48,7 @@ from ..stream.processing import MessageJudge, Outgoing, RawMessage
 from .acker import OrderedAcker
 from .judging import (MAX_INFLIGHT_BATCHES, RAW_TOPIC, floors_of, item_bundler, output_topics,
                       publish_records, stop_acker)
-from .windows import ConfirmedTable, _stale
+from .windows import ConfirmedTable, from_earlier_generation
 
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime
@@ -302,7 +302,7 @@ def register_assembly(runtime: WorkerRuntime, gathering: Gathering[Any], *, topi
             async for events in stream.noack_take(BATCH, within=0.05):
                 due = []
                 for event in events:
-                    if _stale(app, event):
+                    if from_earlier_generation(app, event):
                         continue  # acked unprocessed; the partition's owner refetches it
                     stream._set_current_event(event)
                     message = assembler.apply(event)

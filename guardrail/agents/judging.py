@@ -34,7 +34,7 @@ from ..stream.envelope import Source
 from ..stream.item_bundles import bundle_items
 from ..stream.processing import MessageJudge, Outgoing, RawMessage
 from .acker import OrderedAcker, Publish
-from .windows import _stale
+from .windows import from_earlier_generation
 
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime
@@ -219,7 +219,7 @@ def _gate_agent(runtime: WorkerRuntime, source: Any, publish: Publish,
         for event in events:
             # Read before the last rebalance: read again and placed in this one (its
             # ack does not count; its offset is not this assignment's to claim).
-            if not _stale(app, event):
+            if not from_earlier_generation(app, event):
                 await gate.settled(_raw(event))
                 gate.done(_raw(event))
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .runtime import WorkerRuntime as GuardrailApp
 
 __all__ = ["register", "window_bounds", "TABLE_NAME", "WindowCounter", "count_record",
-           "ReadOrder"]
+           "ReadOrder", "from_earlier_generation"]
 
 log = logging.getLogger("guardrail.windows")
 
@@ -213,7 +213,7 @@ def register(runtime: GuardrailApp) -> None:
         async for events in stream.noack_take(COUNT_BATCH, within=0.05):
             order = ReadOrder(app.consumer)
             for event in events:
-                if _stale(app, event):
+                if from_earlier_generation(app, event):
                     continue  # acked below uncounted; the partition's owner refetches it
                 # Window tables take the time and changelog partition from the
                 # current event, which buffered events must set themselves.
@@ -225,7 +225,8 @@ def register(runtime: GuardrailApp) -> None:
             # commits on stop/rebalance before it flushes its producer buffer,
             # which would lose counts the next owner never recovers.
             await table.confirm_changelog()
-            mark_counted([event.message for event in events if not _stale(app, event)])
+            mark_counted([event.message for event in events
+                          if not from_earlier_generation(app, event)])
             for event in events:
                 await stream.ack(event)
 
@@ -293,7 +294,7 @@ class UnknownRecords:
                         "guardrail_unknown_records): %s", self.topic, exc)
 
 
-def _stale(app: Any, event: Any) -> bool:
+def from_earlier_generation(app: Any, event: Any) -> bool:
     """An event fetched in an earlier consumer generation must not touch the
     table: after the new assignment its partition may be gone from this worker,
     its table state purged, and a write would overwrite the real count in the
