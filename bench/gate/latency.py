@@ -193,7 +193,7 @@ def main() -> int:
     parser.add_argument("--fetch-wait-ms", type=int,
                         help="the worker's gate_fetch_wait_ms (default: the worker's, 10)")
     parser.add_argument("--transaction-ms", type=int,
-                        help="the worker's gate_transaction_ms (default: the worker's, 50)")
+                        help="the worker's gate_transaction_ms (default: the worker's, 10)")
     args = parser.parse_args()
     return run_and_report("gate-latency", args, measure, rows, latency_ms=args.latency_ms,
                           concurrency=args.concurrency, seconds=args.seconds,

@@ -248,7 +248,7 @@ class GateForwarder(ReviewAnswers):
         held = out.topic == self.gate.held_topic
         state = self._state_after(held, released_by is not None, ticket.key)
         async with self.writer.together(ticket.partition):  # one transaction, if any
-            metadata = await self.writer.send(ticket.partition, out)
+            metadata = await self.writer.send(ticket.partition, out, metadata=held)
             entry = self._entry_of(ticket, state, by=released_by,
                                    held_at=(metadata.partition, metadata.offset) if held
                                    else None)

@@ -62,8 +62,12 @@ class GateTable:
     def committed(self) -> dict[int, int]:
         """The consumer's committed offset of each input partition it knows."""
         known = getattr(self.app.consumer, "_committed_offset", {})  # no public accessor
-        return {tp.partition: offset for tp, offset in dict(known).items()
-                if tp.topic == self.input_topic}
+        committed = {tp.partition: offset for tp, offset in dict(known).items()
+                     if tp.topic == self.input_topic}
+        # Transactions commit the input offsets now and then: Kafka's may be behind
+        # what the consumer counts, and a record read again needs its entry.
+        return {partition: min(offset, self.writer.offset_committed(partition, offset))
+                for partition, offset in committed.items()}
 
     def prune(self, owned: set[int]) -> int:
         """Below each owned partition's committed offset: delete the entries done

@@ -72,12 +72,13 @@ class GateSettings(BaseModel):
     Kafka transaction per input partition, so consumers reading ``read_committed`` see
     each record forwarded once, also across crashes (Apache Kafka; the embedded broker
     cannot show aborted transactions to such readers, and the worker refuses it there)."""
-    gate_transaction_ms: int = Field(default=50, ge=1, le=5_000)
+    gate_transaction_ms: int = Field(default=10, ge=1, le=5_000)
     """With ``gate_transactional``: milliseconds a partition's transaction stays open
     for more writes before it commits. A forward is visible to ``read_committed``
     readers at its transaction's commit, so this adds up to itself to their latency;
-    shorter means more commits (a few requests to the brokers each). At most 5 s: the
-    gate asks the brokers to abort a transaction left open 10 s (its worker died)."""
+    shorter means more commits (a few requests to the brokers each; a partition with
+    nothing to write commits nothing). At most 5 s: the gate asks the brokers to
+    abort a transaction left open 10 s (its worker died)."""
 
 
 def gate_topics(gate: GateSettings, partitions: int) -> dict[str, int]:
