@@ -59,14 +59,16 @@ class GateTable:
         if confirm:
             await sent
 
-    def committed(self) -> dict[int, int]:
-        """The consumer's committed offset of each input partition it knows."""
+    def committed(self) -> dict[int, int | None]:
+        """The committed offset of each input partition the consumer knows (None: none)."""
         known = getattr(self.app.consumer, "_committed_offset", {})  # no public accessor
         committed = {tp.partition: offset for tp, offset in dict(known).items()
                      if tp.topic == self.input_topic}
         # Transactions commit the input offsets now and then: Kafka's may be behind
         # what the consumer counts, and a record read again needs its entry.
-        return {partition: min(offset, self.writer.offset_committed(partition, offset))
+        # (None: no offset committed yet, nothing to prune.)
+        return {partition: offset if offset is None
+                else min(offset, self.writer.offset_committed(partition, offset))
                 for partition, offset in committed.items()}
 
     def prune(self, owned: set[int]) -> int:

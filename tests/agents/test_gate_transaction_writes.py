@@ -173,10 +173,12 @@ async def test_entries_are_pruned_only_below_the_offset_the_transactions_committ
                 ack.set_result(SimpleNamespace(partition=0, offset=1))
         await asyncio.wait_for(commit, 2)
     consumer = SimpleNamespace(_committed_offset={TopicPartition(INPUT, 0): 9,
+                                                  TopicPartition(INPUT, 1): None,
                                                   TopicPartition("other", 0): 5})
     book = GateTable(SimpleNamespace(data={}), SimpleNamespace(consumer=consumer),
                      input_topic=INPUT, writer=writer)
-    assert book.committed() == {0: 8}  # offsets went with the first commit only
+    # Offsets went with the first commit only; partition 1 has none committed yet.
+    assert book.committed() == {0: 8, 1: None}
     direct = GateTable(SimpleNamespace(data={}), SimpleNamespace(consumer=consumer),
                        input_topic=INPUT, writer=DirectWriter({}, None))
-    assert direct.committed() == {0: 9}
+    assert direct.committed() == {0: 9, 1: None}
