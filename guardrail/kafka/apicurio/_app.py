@@ -166,7 +166,7 @@ class ApicurioRegistry:
                 "-jar", str(app_dir() / "quarkus-run.jar")]
 
     def start(self, timeout: float = 120.0) -> ApicurioRegistry:
-        """Start and wait until ``/health/ready`` answers UP."""
+        """Start and wait until ``/health/ready`` answers UP and the API listens."""
         reason = unavailable_reason()
         if reason:
             raise RegistryAppUnavailable(reason)
@@ -181,7 +181,9 @@ class ApicurioRegistry:
         self.child = Child.spawn("schema registry", self.argv(java),
                                  log_path=self.workdir / "registry.log")
         deadline = time.monotonic() + timeout
-        while not self._ready():
+        # The management interface (and its /health/ready) can be up a moment before
+        # the API's own listener: a client let in then was refused.
+        while not (self._ready() and port_open(self.port)):
             self.child.check()
             if time.monotonic() > deadline:
                 self.stop()
