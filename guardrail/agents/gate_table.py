@@ -64,11 +64,11 @@ class GateTable:
         known = getattr(self.app.consumer, "_committed_offset", {})  # no public accessor
         committed = {tp.partition: offset for tp, offset in dict(known).items()
                      if tp.topic == self.input_topic}
-        # Transactions commit the input offsets now and then: Kafka's may be behind
-        # what the consumer counts, and a record read again needs its entry.
-        # (None: no offset committed yet, nothing to prune.)
+        # The writer's say: with transactions, Kafka's offset may be behind what the
+        # consumer counts, and a record read again needs its entry. (None: no offset
+        # committed yet, nothing to prune.)
         return {partition: offset if offset is None
-                else min(offset, self.writer.offset_committed(partition, offset))
+                else self.writer.offset_committed(partition, offset)
                 for partition, offset in committed.items()}
 
     def prune(self, owned: set[int]) -> int:

@@ -197,8 +197,7 @@ class TransactionalWriter:
             async with state.lock:
                 if state.commit is None and state.next_offset not in (
                         None, state.committed_offset):  # placed since the offsets went
-                    await state.producer.begin_transaction()  # for them alone
-                    state.commit = asyncio.get_running_loop().create_future()
+                    await self._begin(state)  # for them alone
                 await self._commit_locked(state, last=True)
         except Exception as exc:  # fenced by the next owner, most likely: it redoes them
             log.info("gate: the last transaction of partition %d did not commit (%s)",
@@ -256,8 +255,7 @@ class TransactionalWriter:
         try:
             async with state.lock:
                 if state.commit is None:
-                    await state.producer.begin_transaction()
-                    state.commit = asyncio.get_running_loop().create_future()
+                    await self._begin(state)
                     asyncio.ensure_future(self._commit_later(state))
                 sent = await state.producer.send(topic, value=value, key=key,
                                                  partition=partition, headers=headers,
@@ -268,15 +266,24 @@ class TransactionalWriter:
         except Exception as exc:
             self._write_failed(topic, input_partition, exc)
             raise
-        sent.add_done_callback(lambda ack: self._write_failed(topic, input_partition, ack)
-                               if ack.cancelled() or ack.exception() else None)
+        sent.add_done_callback(lambda ack: self._acknowledged(topic, input_partition, ack))
         return sent
 
-    def _write_failed(self, topic: str, input_partition: int,
-                      failure: BaseException | asyncio.Future[Any]) -> None:
+    @staticmethod
+    async def _begin(state: _Partition) -> None:
+        """Open the partition's next transaction (under its lock)."""
+        await state.producer.begin_transaction()
+        state.commit = asyncio.get_running_loop().create_future()
+
+    def _acknowledged(self, topic: str, input_partition: int, ack: asyncio.Future[Any]) -> None:
+        """A write's answer from the broker: a refusal fails its transaction."""
+        if ack.cancelled():
+            self._write_failed(topic, input_partition, asyncio.CancelledError())
+        elif (exc := ack.exception()) is not None:
+            self._write_failed(topic, input_partition, exc)
+
+    def _write_failed(self, topic: str, input_partition: int, exc: BaseException) -> None:
         """The transaction cannot hold a write: it must not commit (the worker stops)."""
-        exc = failure if isinstance(failure, BaseException) else (
-            asyncio.CancelledError() if failure.cancelled() else failure.exception())
         self.failed = True
         self.on_fatal(f"the gate could not write to {topic} in its transaction on "
                       f"{self.input_topic} partition {input_partition} "
@@ -294,12 +301,13 @@ class TransactionalWriter:
             state.advance()
 
     def offset_committed(self, partition: int, counted: int) -> int:
-        """The input offset the transactions committed for ``partition`` (the
-        consumer's count, ``counted``, may be ahead); 0 while none did here."""
+        """The input offset committed for ``partition``: the consumer's count
+        (``counted``) or, if lower, the one the transactions committed, which go
+        now and then (0 while none did here)."""
         state = self._partitions.get(partition)
         if state is None or state.committed_offset is None:
             return 0
-        return state.committed_offset
+        return min(counted, state.committed_offset)
 
     def commit_of(self, partition: int) -> asyncio.Future[None]:
         state = self._partitions.get(partition)
