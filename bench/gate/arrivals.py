@@ -8,6 +8,7 @@ that notes when each record reaches a topic, and percentiles.
 
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 import uuid
@@ -15,10 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import (broker_label, meta, new_env, note_arrivals, print_table,
+from bench.common import (BROKERS, broker_label, meta, new_env, note_arrivals, print_table,
                           running_broker, write_json)
 
-__all__ = ["gate_bench_env", "note_arrivals", "percentile", "keyed_records", "run_and_report"]
+__all__ = ["gate_bench_env", "note_arrivals", "percentile", "keyed_records", "broker_parser",
+           "run_and_report"]
 
 
 def gate_bench_env(bootstrap: str, api_base: str, tmp: Path, **settings: Any) -> Any:
@@ -49,6 +51,15 @@ def keyed_records(n: int, *, keys: int, prefix: str = "g", unsafe_every: int = 1
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def broker_parser(doc: str) -> argparse.ArgumentParser:
+    """A script's options, starting with the two :func:`run_and_report` reads: the
+    broker to start (``--broker``), or one to use instead (``--bootstrap``)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--broker", choices=BROKERS, default="embedded")
+    parser.add_argument("--bootstrap", help="use this broker instead of starting one")
+    return parser
 
 
 def run_and_report(name: str, args: Any, measure: Callable[..., dict[str, Any]],

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import _root  # noqa: F401  (first: puts the repository root on sys.path)
 
-import argparse
 import asyncio
 import time
 import uuid
@@ -21,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from arrivals import percentile, run_and_report
+from arrivals import broker_parser, percentile, run_and_report
 
-from bench.common import BROKERS, row
+from bench.common import row
 from guardrail.kafka.settings import KafkaSettings
 from guardrail.kafka.topics import ensure_topics
 
@@ -86,9 +85,7 @@ def rows(r: dict[str, Any], broker: str) -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--broker", choices=BROKERS, default="embedded")
-    parser.add_argument("--bootstrap", help="use this broker instead of starting one")
+    parser = broker_parser(__doc__)
     parser.add_argument("--rate", type=float, default=160)
     parser.add_argument("--seconds", type=float, default=150)
     args = parser.parse_args()

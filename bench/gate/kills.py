@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import _root  # noqa: F401  (first: puts the repository root on sys.path)
 
-import argparse
 import asyncio
 import random
 import signal
@@ -26,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from arrivals import run_and_report
+from arrivals import broker_parser, run_and_report
 
-from bench.common import BROKERS, JudgeProc, row
+from bench.common import JudgeProc, row
 from tests.support.gate_traffic import Placements, gate_env, keyed_cases, start_ready
 from tests.support.harness import produce
 
@@ -80,9 +79,7 @@ def rows(r: dict[str, Any], broker: str) -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--broker", choices=BROKERS, default="embedded")
-    parser.add_argument("--bootstrap", help="use this broker instead of starting one")
+    parser = broker_parser(__doc__)
     parser.add_argument("--records", type=int, default=2000)
     parser.add_argument("--transactional", action="store_true")
     args = parser.parse_args()

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import _root  # noqa: F401  (first: puts the repository root on sys.path)
 
-import argparse
 import asyncio
 import json
 import time
@@ -30,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from arrivals import gate_bench_env, keyed_records, note_arrivals, percentile, run_and_report
+from arrivals import (broker_parser, gate_bench_env, keyed_records, note_arrivals, percentile,
+                      run_and_report)
 
-from bench.common import BROKERS, JudgeProc, kill_workers, row
+from bench.common import JudgeProc, kill_workers, row
 from tests.support.gate_traffic import start_ready
 from tests.support.harness import worker_page
 
@@ -178,9 +178,7 @@ def rows(r: dict[str, Any], broker: str) -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--broker", choices=BROKERS, default="embedded")
-    parser.add_argument("--bootstrap", help="use this broker instead of starting one")
+    parser = broker_parser(__doc__)
     parser.add_argument("--latency-ms", type=float, default=200)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=30)

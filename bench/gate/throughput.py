@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import _root  # noqa: F401  (first: puts the repository root on sys.path)
 
-import argparse
 import asyncio
 from pathlib import Path
 from typing import Any
 
-from arrivals import gate_bench_env, keyed_records, note_arrivals, run_and_report
+from arrivals import (broker_parser, gate_bench_env, keyed_records, note_arrivals,
+                      run_and_report)
 
-from bench.common import BROKERS, JudgeProc, kill_workers, produce_values, row
+from bench.common import JudgeProc, kill_workers, produce_values, row
 from tests.support.gate_traffic import inverted, start_ready
 
 #: One judge call per record: all its metrics in one call (``judge_calls: per_message``,
@@ -92,9 +92,7 @@ def rows(r: dict[str, Any], broker: str) -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--broker", choices=BROKERS, default="embedded")
-    parser.add_argument("--bootstrap", help="use this broker instead of starting one")
+    parser = broker_parser(__doc__)
     parser.add_argument("--records", type=int, default=3000)
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=64)
